@@ -1,0 +1,35 @@
+# Tidemark's build. `make test` is the README's test command and what CI runs.
+GO        ?= go
+STATICCHECK_VERSION ?= v0.8.2
+FUZZTIME  ?= 30s
+BENCHTIME ?= 1s
+PKGS      := ./...
+
+.PHONY: test fmt-check vet static lint fuzz bench
+
+test: fmt-check vet
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+static:
+	CGO_ENABLED=0 $(GO) build $(PKGS)
+
+lint:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+# Every fuzz target in the module, FUZZTIME each.
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m $(PKGS)

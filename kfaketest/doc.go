@@ -1,0 +1,2 @@
+// Package kfaketest runs in-process kfake clusters for tests and programs.
+package kfaketest
