@@ -1,0 +1,29 @@
+package retry
+
+import (
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// CountHeader is the header key of the retry count of a retry copy: ASCII decimal, "1" on the first
+// copy (DESIGN §3.3). The original record has none.
+const CountHeader = "x-tidemark-retry-count"
+
+// Count returns the retry count carried by r's CountHeader: 0 when the header is missing, malformed
+// or negative. When the header appears more than once the last one counts.
+func Count(r *kgo.Record) int {
+	n := 0
+	for _, h := range r.Headers {
+		if h.Key != CountHeader {
+			continue
+		}
+		v, err := strconv.Atoi(string(h.Value))
+		if err != nil || v < 0 {
+			n = 0
+			continue
+		}
+		n = v
+	}
+	return n
+}

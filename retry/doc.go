@@ -1,0 +1,14 @@
+// Package retry holds Tidemark's retry policy: how long to wait before a failed record is handled
+// again, and how many deliveries a record has had.
+//
+// # Backoff
+//
+// A [Backoff] maps an attempt number (1 for the first failure) and the handler's error to a wait.
+// [Default] is 100 ms doubling per attempt up to 30 s (DESIGN §3.3); in-place retries in the Tracked
+// mode and, later, retry copies use the same policy.
+//
+// # Retry count
+//
+// A retry copy carries the header [CountHeader] (ASCII decimal); the original record has none. A
+// missing or malformed header reads as 0 ([Count]).
+package retry
