@@ -1,0 +1,235 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// State is an App's lifecycle state, reported by App.State.
+type State uint8
+
+const (
+	StateNew          State = iota // built by New, not started
+	StateStarting                  // in Start
+	StateRunning                   // Start returned nil
+	StateShuttingDown              // in Shutdown
+	StateStopped                   // Shutdown finished without a fatal error
+	StateFailed                    // Start failed, or a fatal error stopped the App
+)
+
+// String returns the state's name, e.g. "Running".
+func (s State) String() string {
+	return [...]string{"New", "Starting", "Running", "ShuttingDown", "Stopped", "Failed"}[s]
+}
+
+// An App is a Tidemark consumer service: its subscriptions, their clients, lanes and committers.
+// Build it with New, register handlers with Handle, then Run it (or Start and Shutdown). An App is
+// started once.
+type App struct {
+	cfg appConfig
+	log *slog.Logger
+
+	mu          sync.Mutex
+	regs        []registration
+	state       State
+	reason      error
+	consumers   []*consumer
+	supervising bool
+
+	fatalOnce sync.Once
+	fatalErr  error
+	fatal     chan struct{} // closed by the first fatal error
+
+	stopOnce    sync.Once
+	stopping    chan struct{} // closed when Shutdown begins
+	stopped     chan struct{} // closed when Shutdown has finished
+	shutdownErr error
+	supDone     chan struct{}
+}
+
+// New returns an App configured by opts. It only records: Start validates and reports every
+// problem at once.
+func New(opts ...Option) *App {
+	cfg := defaultAppConfig()
+	for _, o := range opts {
+		o.applyApp(&cfg)
+	}
+	log := cfg.logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &App{
+		cfg:      cfg,
+		log:      log,
+		fatal:    make(chan struct{}),
+		stopping: make(chan struct{}),
+		stopped:  make(chan struct{}),
+		supDone:  make(chan struct{}),
+	}
+}
+
+// State returns the App's lifecycle state and, for StateFailed, the reason.
+func (a *App) State() (State, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state, a.reason
+}
+
+func (a *App) setState(s State, reason error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state == StateFailed {
+		return
+	}
+	a.state, a.reason = s, reason
+}
+
+// Done returns a channel closed once the App has stopped (after Shutdown finished, whether called
+// by the user, by Run, or after a fatal error).
+func (a *App) Done() <-chan struct{} { return a.stopped }
+
+// Start validates the configuration (every problem joined, each a *ConfigError, before any I/O),
+// creates one client per subscription, and returns once every group subscription has joined its
+// group and received its first assignment (possibly empty), manual subscriptions have read their
+// committed offsets, and pattern subscriptions have loaded metadata. ctx bounds start-up only (60s
+// when it has no deadline); on failure everything started is stopped. Start returns ErrClosed when
+// called twice (DESIGN §3.10).
+func (a *App) Start(ctx context.Context) error {
+	a.mu.Lock()
+	if a.state != StateNew {
+		a.mu.Unlock()
+		return ErrClosed
+	}
+	a.state = StateStarting
+	regs := a.regs
+	a.mu.Unlock()
+
+	if err := validate(a.cfg, regs); err != nil {
+		a.markFailed(err)
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+	}
+	base := context.WithoutCancel(ctx)
+	a.mu.Lock()
+	a.supervising = true
+	a.mu.Unlock()
+	go a.supervise()
+	for i, r := range regs {
+		c, err := newConsumer(a, i, r, base)
+		if err != nil {
+			a.abortStart(err)
+			return err
+		}
+		a.mu.Lock()
+		a.consumers = append(a.consumers, c)
+		a.mu.Unlock()
+	}
+	for _, c := range a.consumers {
+		if err := c.start(ctx, base); err != nil {
+			a.abortStart(err)
+			return err
+		}
+	}
+	for _, c := range a.consumers {
+		if err := c.waitReady(ctx); err != nil {
+			err = fmt.Errorf("tidemark: start: %s: %w", c.sub, err)
+			a.abortStart(err)
+			return err
+		}
+	}
+	a.setState(StateRunning, nil)
+	return nil
+}
+
+func (a *App) markFailed(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.state, a.reason = StateFailed, err
+}
+
+// abortStart stops what Start started and records the failure.
+func (a *App) abortStart(err error) {
+	a.fail(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = a.Shutdown(ctx)
+}
+
+// Run starts the App, serves until ctx ends or a fatal error happens (a handler panic under
+// PanicFail, a fatal client error), then shuts down bounded by ShutdownTimeout. It returns only
+// after every goroutine the App started has returned: nil after a clean stop, the fatal error (a
+// *PanicError, for instance) otherwise, joined with the shutdown's error.
+func (a *App) Run(ctx context.Context) error {
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-a.fatal:
+	case <-a.stopping:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.shutdownTimeout)
+	defer cancel()
+	err := a.Shutdown(sctx)
+	return errors.Join(a.fatalError(), err)
+}
+
+// fail records the first fatal error and starts a graceful shutdown.
+func (a *App) fail(err error) {
+	a.fatalOnce.Do(func() {
+		a.fatalErr = err
+		a.markFailed(err)
+		close(a.fatal)
+	})
+}
+
+func (a *App) fatalError() error {
+	select {
+	case <-a.fatal:
+		return a.fatalErr
+	default:
+		return nil
+	}
+}
+
+// supervise shuts the App down after a fatal error, for callers that use Start and Shutdown
+// without Run.
+func (a *App) supervise() {
+	defer close(a.supDone)
+	select {
+	case <-a.fatal:
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.shutdownTimeout)
+		defer cancel()
+		_ = a.shutdown(ctx, true)
+	case <-a.stopping:
+	}
+}
+
+// groupOf returns a subscription's consumer group: its own, or DefaultGroup for group
+// subscriptions. Manual-partition subscriptions never inherit DefaultGroup.
+func (a *App) groupOf(s Subscription) string {
+	if s.group != "" || s.kind == subPartitions {
+		return s.group
+	}
+	return a.cfg.defaultGroup
+}
+
+func (c *consumer) waitReady(ctx context.Context) error {
+	if c.sub.kind == subPattern {
+		return c.waitPatternReady(ctx)
+	}
+	select {
+	case <-c.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("no assignment from group %q: %w", c.group, context.Cause(ctx))
+	}
+}

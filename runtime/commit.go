@@ -1,0 +1,209 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+const (
+	markEvery     = 10 * time.Millisecond // at most one MarkCommitOffsets per subscription per this
+	reportEvery   = time.Second           // InFlight events, and kadm commits of manual partitions
+	commitTimeout = 5 * time.Second       // bound of a revoke's or shutdown's final commit (DESIGN §3.7)
+)
+
+// committer publishes moved watermarks: one MarkCommitOffsets per wake-up with every partition
+// whose watermark moved (Tracked, DESIGN §3.11); franz-go's autocommit commits the marks. Manual
+// partitions are committed with kadm instead. It also reports in-flight gauges.
+func (c *consumer) committer() {
+	tick := time.NewTicker(reportEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stopComm:
+			return
+		case <-c.wake:
+			c.markMoved()
+			select { // coalesce: at most one mark call per markEvery
+			case <-c.stopComm:
+				return
+			case <-time.After(markEvery):
+			}
+		case <-tick.C:
+			c.markMoved()
+			c.reportInFlight()
+			if c.manual {
+				ctx, cancel := context.WithTimeout(c.workCtx, commitTimeout)
+				c.commitManual(ctx)
+				cancel()
+			}
+		}
+	}
+}
+
+// markMoved marks every owned partition whose watermark moved since the last call.
+func (c *consumer) markMoved() {
+	if !c.tracked && !c.manual {
+		return
+	}
+	c.markMu.Lock()
+	defer c.markMu.Unlock()
+	offs := make(map[string]map[int32]kgo.EpochOffset)
+	for _, ps := range c.d.owned() {
+		if ps.trk == nil {
+			continue
+		}
+		if w, ok := ps.trk.Moved(); ok {
+			addOffset(offs, ps.tp, kgo.EpochOffset{Epoch: w.Epoch, Offset: w.Offset})
+		}
+	}
+	c.markLocked(offs)
+}
+
+// markLocked hands positions to franz-go (group) or to the kadm pending set (manual). markMu held.
+func (c *consumer) markLocked(offs map[string]map[int32]kgo.EpochOffset) {
+	if len(offs) == 0 {
+		return
+	}
+	if !c.manual {
+		c.cl.MarkCommitOffsets(offs)
+		return
+	}
+	c.manualMu.Lock()
+	defer c.manualMu.Unlock()
+	if c.manualPending == nil {
+		c.manualPending = make(map[tp]kgo.EpochOffset)
+	}
+	for t, ps := range offs {
+		for p, eo := range ps {
+			c.manualPending[tp{t, p}] = eo
+		}
+	}
+}
+
+// commitManual commits the pending positions of manual partitions into the subscription's group
+// with kadm: the tracker's watermarks (Tracked) or the positions taken by lanes (Auto).
+func (c *consumer) commitManual(ctx context.Context) {
+	if c.adm == nil {
+		return
+	}
+	if !c.tracked {
+		c.markMu.Lock()
+		offs := make(map[string]map[int32]kgo.EpochOffset)
+		c.d.mu.Lock()
+		for _, ps := range c.d.parts {
+			if ps.taken >= 0 && ps.taken != ps.lastW {
+				ps.lastW = ps.taken
+				addOffset(offs, ps.tp, kgo.EpochOffset{Epoch: -1, Offset: ps.taken})
+			}
+		}
+		c.d.mu.Unlock()
+		c.markLocked(offs)
+		c.markMu.Unlock()
+	}
+	c.manualMu.Lock()
+	pending := c.manualPending
+	c.manualPending = nil
+	c.manualMu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	var os kadm.Offsets
+	for k, eo := range pending {
+		os.Add(kadm.Offset{Topic: k.topic, Partition: k.partition, At: eo.Offset, LeaderEpoch: eo.Epoch})
+	}
+	resp, err := c.adm.CommitOffsets(ctx, c.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		c.log.Warn("tidemark: commit of manual partitions failed; will retry", "err", err)
+		c.manualMu.Lock()
+		if c.manualPending == nil {
+			c.manualPending = make(map[tp]kgo.EpochOffset)
+		}
+		for k, eo := range pending {
+			if _, newer := c.manualPending[k]; !newer {
+				c.manualPending[k] = eo
+			}
+		}
+		c.manualMu.Unlock()
+		return
+	}
+	for k, eo := range pending {
+		c.obs.Committed(CommittedEvent{Group: c.group, Topic: k.topic, Partition: k.partition, Offset: eo.Offset})
+	}
+}
+
+// commitMarked commits franz-go's marks synchronously (revoke and shutdown) and reports them.
+func (c *consumer) commitMarked(ctx context.Context) error {
+	if c.manual {
+		c.commitManual(ctx)
+		return nil
+	}
+	marked := c.cl.MarkedOffsets()
+	if err := c.cl.CommitMarkedOffsets(ctx); err != nil {
+		return err
+	}
+	for t, ps := range marked {
+		for p, eo := range ps {
+			c.obs.Committed(CommittedEvent{Group: c.group, Topic: t, Partition: p, Offset: eo.Offset})
+		}
+	}
+	return nil
+}
+
+// onAutoCommit reports what franz-go's autocommit committed.
+func (c *consumer) onAutoCommit(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	if err != nil {
+		c.log.Debug("tidemark: autocommit failed", "err", err)
+		return
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if kerr.ErrorForCode(p.ErrorCode) != nil {
+				continue
+			}
+			// The response carries no offsets; the client's view is updated before this call.
+			if o, ok := c.cl.CommittedOffsets()[t.Topic][p.Partition]; ok {
+				c.obs.Committed(CommittedEvent{Group: c.group, Topic: t.Topic, Partition: p.Partition, Offset: o.Offset})
+			}
+		}
+	}
+}
+
+// reportInFlight sends one InFlight event per owned partition.
+func (c *consumer) reportInFlight() {
+	now := time.Now()
+	c.d.mu.Lock()
+	evs := make([]InFlightEvent, 0, len(c.d.parts))
+	for _, ps := range c.d.parts {
+		ev := InFlightEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, InFlight: ps.held}
+		if ps.trk != nil {
+			if off, ok := ps.trk.Oldest(); ok {
+				if off != ps.lastW {
+					ps.lastW, ps.lastWAt = off, now
+				}
+				ev.OldestAge = now.Sub(ps.lastWAt)
+			}
+		}
+		evs = append(evs, ev)
+	}
+	c.d.mu.Unlock()
+	for _, ev := range evs {
+		c.obs.InFlight(ev)
+	}
+}
+
+func addOffset(offs map[string]map[int32]kgo.EpochOffset, k tp, eo kgo.EpochOffset) {
+	m := offs[k.topic]
+	if m == nil {
+		m = make(map[int32]kgo.EpochOffset)
+		offs[k.topic] = m
+	}
+	m[k.partition] = eo
+}

@@ -1,0 +1,256 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tidemark-io/tidemark/tracker"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// registration is one Handle call.
+type registration struct {
+	sub     Subscription
+	handler Handler
+	cfg     handleConfig
+}
+
+// consumer runs one subscription: one franz-go client, its poll loop, its lanes and its committer.
+type consumer struct {
+	app     *App
+	idx     int
+	sub     Subscription
+	cfg     handleConfig
+	h       Handler
+	group   string
+	tracked bool
+	manual  bool
+	log     *slog.Logger
+	obs     Observer
+
+	cl  *kgo.Client
+	adm *kadm.Client // manual partitions with a group: offsets are read and committed with kadm
+
+	d      *dispatcher
+	markMu sync.Mutex // orders marks against revokes: lock order markMu → d.mu
+	gen    atomic.Uint64
+
+	ready     chan struct{} // closed on the first assignment (group) or at start (manual)
+	readyOnce sync.Once
+	workCtx   context.Context // parent of every partition's handler ctx
+	cutWork   context.CancelCauseFunc
+	stopPoll  context.CancelFunc
+	pollDone  chan struct{}
+	stopComm  chan struct{}
+	wake      chan struct{}
+	wg        sync.WaitGroup // lanes and the committer
+	closing   atomic.Bool    // set before the client leaves the group at shutdown
+
+	manualMu      sync.Mutex
+	manualPending map[tp]kgo.EpochOffset // manual partitions: moved positions not yet committed
+}
+
+func newConsumer(a *App, idx int, r registration, base context.Context) (*consumer, error) {
+	c := &consumer{
+		app:      a,
+		idx:      idx,
+		sub:      r.sub,
+		cfg:      r.cfg,
+		h:        r.handler,
+		group:    a.groupOf(r.sub),
+		tracked:  r.sub.mode.kind == modeTracked,
+		manual:   r.sub.kind == subPartitions,
+		obs:      a.cfg.observer,
+		ready:    make(chan struct{}),
+		pollDone: make(chan struct{}),
+		stopComm: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+	}
+	c.log = a.log.With("subscription", r.sub.String(), "group", c.group, "mode", r.sub.mode.String())
+	c.d = newDispatcher(c)
+	// The group join starts as soon as the client exists, so handler contexts must exist first.
+	c.workCtx, c.cutWork = context.WithCancelCause(base)
+	cl, err := kgo.NewClient(c.clientOpts()...)
+	if err != nil {
+		c.cutWork(err)
+		return nil, fmt.Errorf("tidemark: %s: client: %w", r.sub, err)
+	}
+	c.cl = cl
+	if c.manual && c.group != "" {
+		c.adm = kadm.NewClient(cl)
+	}
+	return c, nil
+}
+
+// clientOpts builds the client's options in the order of DESIGN §3.10: seeds and isolation, the
+// user's options, then what the mode owns.
+func (c *consumer) clientOpts() []kgo.Opt {
+	a := c.app
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(a.cfg.brokers...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	}
+	opts = append(opts, a.cfg.clientOpts...)
+	opts = append(opts, c.sub.opts...)
+	start := kgo.NewOffset().AtStart()
+	if c.sub.start == Latest {
+		start = kgo.NewOffset().AtEnd()
+	}
+	opts = append(opts,
+		kgo.ConsumeStartOffset(start),
+		kgo.ConsumeResetOffset(start),
+		kgo.KeepControlRecords(),
+	)
+	if c.manual {
+		return opts // the partitions and their offsets are added by start
+	}
+	opts = append(opts,
+		kgo.ConsumerGroup(c.group),
+		kgo.ConsumeTopics(c.topicsToConsume()...),
+		kgo.AutoCommitMarks(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.onAssigned),
+		kgo.OnPartitionsRevoked(c.onRevoked),
+		kgo.OnPartitionsLost(c.onLost),
+		kgo.AutoCommitCallback(c.onAutoCommit),
+	)
+	if c.sub.kind == subPattern {
+		opts = append(opts, kgo.ConsumeRegex())
+	}
+	if a.cfg.instanceID != "" {
+		opts = append(opts, kgo.InstanceID(a.cfg.instanceID+"-"+strconv.Itoa(c.idx)))
+	}
+	return opts
+}
+
+func (c *consumer) topicsToConsume() []string {
+	if c.sub.kind == subPattern {
+		return []string{c.sub.pattern}
+	}
+	return c.sub.topics
+}
+
+// newPart makes the state of a newly owned partition.
+func (c *consumer) newPart(key tp) *partState {
+	ps := &partState{tp: key, gen: c.gen.Add(1), taken: -1, lastW: -1}
+	if c.tracked {
+		ps.trk = tracker.NewPartition(c.cfg.maxInFlightPerPart + c.app.cfg.maxPollRecords + 1)
+	}
+	ps.ctx, ps.cancel = context.WithCancelCause(c.workCtx)
+	return ps
+}
+
+// start launches the consumer's goroutines: lanes, the committer and the poll loop. ctx is the
+// App's base context (never cancelled by Start's ctx). For manual partitions, startCtx bounds the
+// read of the group's committed offsets.
+func (c *consumer) start(startCtx, base context.Context) error {
+	if c.manual {
+		if err := c.assignManual(startCtx); err != nil {
+			return err
+		}
+	}
+	for range c.cfg.workers {
+		c.wg.Go(c.lane)
+	}
+	c.wg.Go(c.committer)
+	pollCtx, stop := context.WithCancel(base)
+	c.stopPoll = stop
+	go func() {
+		defer close(c.pollDone)
+		c.poll(pollCtx)
+	}()
+	return nil
+}
+
+// assignManual reads the group's committed offsets (when a group is named) and starts consuming the
+// subscription's partitions from them, or from the start offset.
+func (c *consumer) assignManual(ctx context.Context) error {
+	topic := c.sub.topics[0]
+	start := kgo.NewOffset().AtStart()
+	if c.sub.start == Latest {
+		start = kgo.NewOffset().AtEnd()
+	}
+	offsets := make(map[int32]kgo.Offset, len(c.sub.partitions))
+	for _, p := range c.sub.partitions {
+		offsets[p] = start
+	}
+	if c.adm != nil {
+		resp, err := c.adm.FetchOffsets(kadm.RequireStable(ctx), c.group)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("tidemark: %s: read committed offsets of group %q: %w", c.sub, c.group, err)
+		}
+		for _, p := range c.sub.partitions {
+			if o, ok := resp.Lookup(topic, p); ok && o.At >= 0 {
+				offsets[p] = kgo.NewOffset().At(o.At).WithEpoch(o.LeaderEpoch)
+			}
+		}
+	}
+	for _, p := range c.sub.partitions {
+		c.d.add(c.newPart(tp{topic, p}))
+	}
+	c.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
+	c.readyOnce.Do(func() { close(c.ready) })
+	return nil
+}
+
+// poll is the poll loop: poll at most MaxPollRecords, queue them (never blocking on a lane), allow
+// rebalancing, repeat until ctx ends (DESIGN §2, §3.11).
+func (c *consumer) poll(ctx context.Context) {
+	for {
+		fs := c.cl.PollRecords(ctx, c.app.cfg.maxPollRecords)
+		if fs.IsClientClosed() {
+			c.cl.AllowRebalance()
+			return
+		}
+		fs.EachError(func(topic string, partition int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			c.log.Warn("tidemark: fetch error", "topic", topic, "partition", partition, "err", err)
+		})
+		events, moved, err := c.d.push(fs)
+		c.cl.AllowRebalance()
+		for _, ev := range events {
+			c.obs.Delivered(ev)
+		}
+		if moved {
+			c.kick()
+		}
+		if err != nil {
+			c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// setPaused pauses or resumes fetching one partition. It only takes franz-go's pause lock, so it is
+// called under dispatcher.mu to keep pauses and resumes in order.
+func (c *consumer) setPaused(p tp, paused bool) {
+	m := map[string][]int32{p.topic: {p.partition}}
+	if paused {
+		c.cl.PauseFetchPartitions(m)
+	} else {
+		c.cl.ResumeFetchPartitions(m)
+	}
+	c.obs.Paused(PausedEvent{Group: c.group, Topic: p.topic, Partition: p.partition, Paused: paused})
+}
+
+// kick wakes the committer without blocking.
+func (c *consumer) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,28 @@
+package runtime
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+// A Delivery is one record handed to a Handler, with what the runtime knows about it. It is valid
+// for the duration of the handler call; the *kgo.Record it carries may be kept.
+type Delivery struct {
+	rec        *kgo.Record
+	group      string
+	generation uint64
+	attempt    int
+}
+
+// Record returns the Kafka record: topic, partition, offset, key, value, headers, leader epoch.
+func (d *Delivery) Record() *kgo.Record { return d.rec }
+
+// Attempt returns the delivery's number, starting at 1: the record's retry count header
+// (x-tidemark-retry-count) + the in-place retries so far + 1 (DESIGN §3.3).
+func (d *Delivery) Attempt() int { return d.attempt }
+
+// Group returns the consumer group of the subscription, or "" for a manual-partition subscription
+// without one.
+func (d *Delivery) Group() string { return d.group }
+
+// Generation returns the runtime's assignment generation of the record's partition: it grows by
+// one every time this App is assigned a partition, so two deliveries of one offset with different
+// generations came from different assignments. It is not the group protocol's generation.
+func (d *Delivery) Generation() uint64 { return d.generation }

@@ -1,0 +1,422 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidemark-io/tidemark/tracker"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// tp names a topic partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// partState is one owned partition in one assignment generation. Fields without a comment are
+// guarded by dispatcher.mu.
+type partState struct {
+	tp
+	gen    uint64             // immutable: the runtime's assignment generation
+	trk    *tracker.Partition // immutable; nil under Auto
+	ctx    context.Context    // immutable: the handlers' ctx, cancelled on lost or a passed bound
+	cancel context.CancelCauseFunc
+	closed atomic.Bool // set once revoked, lost or shut down: nothing more is dispatched or marked
+
+	held     int // records held: queued, running, parked
+	handling int // records in a handler right now
+	paused   bool
+	single   *unit            // ByPartition, and keyless records under ByKey
+	keys     map[string]*unit // ByKey
+	taken    int64            // Auto: next offset after the highest record taken, -1 before any
+
+	// owned by the committer goroutine
+	lastW   int64
+	lastWAt time.Time
+}
+
+// A unit is what must be handled one record at a time, in order: a partition, a key, or (Unordered)
+// a single record.
+type unit struct {
+	ps    *partState
+	key   string
+	keyed bool
+	q     []*item
+	busy  bool // a lane holds its head, or the head waits for an in-place retry
+	ready bool // listed in dispatcher.ready
+}
+
+type item struct {
+	rec     *kgo.Record
+	ps      *partState
+	u       *unit
+	slot    tracker.Delivery
+	inPlace int // in-place retries so far
+	control bool
+	timer   *time.Timer
+}
+
+type action uint8
+
+const (
+	actDone action = iota // settled: no longer held
+	actPark               // back to the head of its unit after a wait
+	actHold               // stays held and blocks its unit (a panic under PanicFail)
+)
+
+// dispatcher holds a subscription's partition queues and hands ready units to lanes. The poll loop
+// only queues under mu and never blocks; lanes wait on cond.
+type dispatcher struct {
+	c        *consumer
+	ordering Ordering
+	perPart  int
+	maxAll   int
+
+	mu        sync.Mutex
+	cond      sync.Cond
+	parts     map[tp]*partState
+	ready     []*unit
+	rhead     int
+	held      int
+	handling  int // records in a handler, all partitions (detached ones included)
+	allPaused bool
+	stopped   bool
+	parked    map[*item]struct{}
+	waiters   int
+	changed   chan struct{}
+}
+
+func newDispatcher(c *consumer) *dispatcher {
+	d := &dispatcher{
+		c:        c,
+		ordering: c.cfg.ordering,
+		perPart:  c.cfg.maxInFlightPerPart,
+		maxAll:   c.cfg.maxInFlight,
+		parts:    make(map[tp]*partState),
+		parked:   make(map[*item]struct{}),
+		changed:  make(chan struct{}),
+	}
+	d.cond.L = &d.mu
+	return d
+}
+
+// add registers a newly owned partition. Called from the assign callback, or at start for manual
+// partitions.
+func (d *dispatcher) add(ps *partState) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old := d.parts[ps.tp]; old != nil {
+		d.dropLocked(old)
+	}
+	d.parts[ps.tp] = ps
+	d.flowLocked(ps)
+}
+
+// push queues one poll's records. It never blocks on a lane. It returns ErrTrackerFull if a
+// partition's tracker ring overflowed (a bug in pausing), which is fatal.
+func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
+	var (
+		events []DeliveredEvent
+		moved  bool
+		err    error
+	)
+	d.mu.Lock()
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 || err != nil {
+			return
+		}
+		key := tp{p.Topic, p.Partition}
+		ps := d.parts[key]
+		if ps == nil {
+			ps = d.c.newPart(key)
+			d.parts[key] = ps
+		}
+		n := 0
+		for _, r := range p.Records {
+			it := &item{rec: r, ps: ps, control: r.Attrs.IsControl()}
+			if ps.trk != nil {
+				slot, derr := ps.trk.Deliver(r.Offset, r.LeaderEpoch)
+				if derr != nil {
+					err = derr
+					return
+				}
+				it.slot = slot
+				if it.control { // DESIGN §3.7a: markers are settled by the runtime itself
+					moved = ps.trk.Complete(slot) == tracker.Completed || moved
+					continue
+				}
+			}
+			d.enqueueLocked(it)
+			n++
+		}
+		events = append(events, DeliveredEvent{Group: d.c.group, Topic: p.Topic, Partition: p.Partition, Records: n, InFlight: ps.held})
+		d.flowLocked(ps)
+	})
+	d.flowAllLocked()
+	d.mu.Unlock()
+	d.cond.Broadcast()
+	return events, moved, err
+}
+
+func (d *dispatcher) enqueueLocked(it *item) {
+	ps := it.ps
+	var u *unit
+	switch {
+	case d.ordering == Unordered:
+		u = &unit{ps: ps}
+	case d.ordering == ByKey && it.rec.Key != nil && !it.control:
+		u = ps.keys[string(it.rec.Key)]
+		if u == nil {
+			if ps.keys == nil {
+				ps.keys = make(map[string]*unit)
+			}
+			u = &unit{ps: ps, key: string(it.rec.Key), keyed: true}
+			ps.keys[u.key] = u
+		}
+	default:
+		if ps.single == nil {
+			ps.single = &unit{ps: ps}
+		}
+		u = ps.single
+	}
+	it.u = u
+	u.q = append(u.q, it)
+	ps.held++
+	d.held++
+	d.readyLocked(u)
+}
+
+func (d *dispatcher) readyLocked(u *unit) {
+	if u.busy || u.ready || len(u.q) == 0 || u.ps.closed.Load() {
+		return
+	}
+	u.ready = true
+	d.ready = append(d.ready, u)
+}
+
+// take blocks until a unit is ready, marks it busy and returns its head record; false once the
+// dispatcher is stopped.
+func (d *dispatcher) take() (*item, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for {
+		if d.stopped {
+			return nil, false
+		}
+		if d.rhead < len(d.ready) {
+			u := d.ready[d.rhead]
+			d.ready[d.rhead] = nil
+			d.rhead++
+			if d.rhead == len(d.ready) {
+				d.ready, d.rhead = d.ready[:0], 0
+			}
+			u.ready = false
+			if u.busy || len(u.q) == 0 || u.ps.closed.Load() {
+				continue
+			}
+			it := u.q[0]
+			u.q[0] = nil
+			u.q = u.q[1:]
+			u.busy = true
+			u.ps.handling++
+			d.handling++
+			if next := it.rec.Offset + 1; next > u.ps.taken {
+				u.ps.taken = next
+			}
+			return it, true
+		}
+		d.cond.Wait()
+	}
+}
+
+// finish ends a lane's hold on it: actDone settles it, actPark puts it back at the head of its unit
+// and makes the unit ready again after wait, actHold leaves the unit blocked.
+func (d *dispatcher) finish(it *item, act action, wait time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ps, u := it.ps, it.u
+	ps.handling--
+	d.handling--
+	switch {
+	case act == actHold:
+	case act == actPark && !ps.closed.Load() && !d.stopped:
+		u.q = append([]*item{it}, u.q...)
+		d.parked[it] = struct{}{}
+		it.timer = time.AfterFunc(wait, func() { d.unpark(it) })
+	default: // done, or a park that can no longer happen: the record stays uncommitted
+		ps.held--
+		d.held--
+		u.busy = false
+	}
+	if ps.closed.Load() {
+		d.notifyLocked()
+		return
+	}
+	if !u.busy && len(u.q) > 0 {
+		d.readyLocked(u)
+		d.cond.Signal()
+	}
+	if u.keyed && !u.busy && len(u.q) == 0 {
+		delete(ps.keys, u.key)
+	}
+	d.flowLocked(ps)
+	d.flowAllLocked()
+	d.notifyLocked()
+}
+
+func (d *dispatcher) unpark(it *item) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.parked[it]; !ok {
+		return // dropped by a revoke, a loss or shutdown
+	}
+	delete(d.parked, it)
+	it.u.busy = false
+	d.readyLocked(it.u)
+	d.cond.Signal()
+}
+
+// detach stops dispatching the given partitions: their queued and parked records are dropped (they
+// stay uncommitted) and they are no longer listed; records in a handler keep running. It returns the
+// detached states.
+func (d *dispatcher) detach(tps map[string][]int32) []*partState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*partState
+	for topic, parts := range tps {
+		for _, p := range parts {
+			ps := d.parts[tp{topic, p}]
+			if ps == nil {
+				continue
+			}
+			d.dropLocked(ps)
+			out = append(out, ps)
+		}
+	}
+	d.flowAllLocked()
+	return out
+}
+
+func (d *dispatcher) dropLocked(ps *partState) {
+	delete(d.parts, ps.tp)
+	ps.closed.Store(true)
+	for it := range d.parked {
+		if it.ps == ps {
+			it.timer.Stop()
+			delete(d.parked, it)
+		}
+	}
+	queued := ps.held - ps.handling
+	d.held -= queued
+	ps.held = ps.handling
+	if ps.single != nil {
+		ps.single.q = nil
+	}
+	ps.keys = nil
+	if ps.paused {
+		ps.paused = false
+		d.c.setPaused(ps.tp, false)
+	}
+	d.notifyLocked()
+}
+
+// stop ends dispatching: lanes return once their current record is done, parked records are dropped.
+func (d *dispatcher) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	for it := range d.parked {
+		it.timer.Stop()
+		delete(d.parked, it)
+	}
+	d.mu.Unlock()
+	d.cond.Broadcast()
+}
+
+// owned returns the partitions currently owned.
+func (d *dispatcher) owned() []*partState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*partState, 0, len(d.parts))
+	for _, ps := range d.parts {
+		out = append(out, ps)
+	}
+	return out
+}
+
+// waitIdle waits until no record of pss (of every partition when pss is nil) is in a handler, or
+// ctx ends.
+func (d *dispatcher) waitIdle(ctx context.Context, pss []*partState) error {
+	for {
+		d.mu.Lock()
+		idle := true
+		if pss == nil {
+			idle = d.handling == 0
+		} else {
+			for _, ps := range pss {
+				idle = idle && ps.handling == 0
+			}
+		}
+		if idle {
+			d.mu.Unlock()
+			return nil
+		}
+		d.waiters++
+		ch := d.changed
+		d.mu.Unlock()
+		var err error
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
+		d.mu.Lock()
+		d.waiters--
+		d.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (d *dispatcher) notifyLocked() {
+	if d.waiters > 0 {
+		close(d.changed)
+		d.changed = make(chan struct{})
+	}
+}
+
+// flowLocked pauses a partition at its bound (or while the whole subscription is over MaxInFlight)
+// and resumes it once it has drained to half (DESIGN §3.6).
+func (d *dispatcher) flowLocked(ps *partState) {
+	if ps.closed.Load() {
+		return
+	}
+	switch {
+	case !ps.paused && (ps.held >= d.perPart || d.allPaused):
+		ps.paused = true
+		d.c.setPaused(ps.tp, true)
+	case ps.paused && ps.held <= d.perPart/2 && !d.allPaused:
+		ps.paused = false
+		d.c.setPaused(ps.tp, false)
+	}
+}
+
+func (d *dispatcher) flowAllLocked() {
+	if d.maxAll <= 0 {
+		return
+	}
+	switch {
+	case !d.allPaused && d.held >= d.maxAll:
+		d.allPaused = true
+	case d.allPaused && d.held <= d.maxAll/2:
+		d.allPaused = false
+	default:
+		return
+	}
+	for _, ps := range d.parts {
+		d.flowLocked(ps)
+	}
+}

@@ -1,0 +1,50 @@
+// Package runtime is Tidemark's public API and engine: an App consumes Kafka topics with franz-go,
+// runs each record through a Handler on worker lanes, and turns the handler's outcome (ack, drop,
+// retry) into committed offsets per partition and consumer group.
+//
+// The package is named runtime as DESIGN §1 asks; a program that also needs the standard
+// library's runtime imports one of them under another name.
+//
+// # Lifecycle
+//
+// New records options, Handle registers a handler on a Subscription, Start validates everything
+// (every problem a *ConfigError, joined) and returns once every group subscription has its first
+// assignment; Run is Start, a wait for its ctx or a fatal error, then Shutdown bounded by
+// ShutdownTimeout. Shutdown stops polling, drains running handlers, commits what finished, and
+// leaves the group, in that order (DESIGN §3.7).
+//
+// # Commit modes
+//
+//	outcome       Auto (default)                 Tracked
+//	ack (nil)     nothing: autocommit covers it  completes the offset; the position moves up
+//	Drop(err)     as ack                         as ack
+//	Retry(err)    refused: ErrRetryUnsupported   handled again in place after Backoff;
+//	                                             the position waits for it
+//
+// Auto marks each record when a lane takes it and franz-go's autocommit commits the marks: after a
+// crash or a rebalance, records taken but not processed may be committed unprocessed. Tracked
+// commits, per partition, the lowest offset still in flight (or the highest delivered offset + 1):
+// nothing is lost; records after an unfinished one may be read again (DESIGN §3.1–3.2).
+//
+// # Lanes and ordering
+//
+// Workers(n) lanes take ready work dynamically: ByPartition (default) keeps a partition's records
+// in order, ByKey keeps equal keys in order, Unordered keeps none (DESIGN §3.6). The poll loop never
+// blocks on a lane: a partition holding MaxInFlightPerPartition records is paused and resumed once
+// it has drained to half.
+//
+// # Rebalances
+//
+// On revoke the partition's queued records are dropped, its running handlers get up to
+// RevokeDrainTimeout, what finished is marked and committed, and completions that arrive later
+// change nothing. On loss nothing is committed. Transaction markers never reach handlers and are
+// settled by the runtime, so lag reaches 0 (DESIGN §3.7, §3.7a).
+//
+// # Options the runtime owns
+//
+// For group subscriptions Tidemark sets, after the user's ClientOpts and Subscription.Config:
+// ConsumerGroup, ConsumeTopics (and ConsumeRegex), AutoCommitMarks, BlockRebalanceOnPoll,
+// OnPartitionsAssigned, OnPartitionsRevoked, OnPartitionsLost, AutoCommitCallback,
+// KeepControlRecords, ConsumeStartOffset, ConsumeResetOffset and InstanceID. The isolation level
+// (read_committed) is set before the user's options, so they can override it.
+package runtime

@@ -1,0 +1,62 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned or reported by the runtime. Every error Tidemark makes starts with "tidemark: "
+// and can be matched with errors.Is.
+var (
+	// ErrRetryUnsupported is reported (to the Observer and the log) when a handler asks for a
+	// retry in the Auto mode without a retry policy: the record is not handled again (DESIGN §3.2).
+	ErrRetryUnsupported = errors.New("tidemark: retry refused: the Auto commit mode has no in-place retry")
+
+	// ErrDecode wraps a decoding failure of an adapter such as JSON. The record is dropped with a
+	// log line and an Observer event and never stalls its partition (DESIGN §3.8).
+	ErrDecode = errors.New("tidemark: record could not be decoded")
+
+	// ErrClosed is returned by Start on an App that was already started or stopped.
+	ErrClosed = errors.New("tidemark: app already started or stopped")
+
+	// ErrTrackerFull is a fatal internal error: a partition held more records than its tracker
+	// ring covers (MaxInFlightPerPartition + MaxPollRecords). It means pausing failed.
+	ErrTrackerFull = errors.New("tidemark: partition tracker full")
+)
+
+// A ConfigError is an invalid or conflicting option, returned (joined with the others) by Start
+// before any I/O (DESIGN §3.10). Option names the option as the user wrote it.
+type ConfigError struct {
+	Option string // "Workers", "Brokers", "Topic(\"payouts\").Group", ...
+	Err    error
+}
+
+func (e *ConfigError) Error() string { return "tidemark: " + e.Option + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying problem.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func configErr(option, format string, args ...any) error {
+	return &ConfigError{Option: option, Err: fmt.Errorf(format, args...)}
+}
+
+// A PanicError is a handler panic recovered by the runtime. Under the default OnPanic(PanicFail)
+// the App shuts down gracefully and Run returns it; in the Tracked mode the record is not
+// committed (DESIGN §3.8).
+type PanicError struct {
+	Value     any    // what the handler panicked with
+	Stack     []byte // the goroutine's stack at the panic
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("tidemark: handler panicked on %s/%d@%d: %v", e.Topic, e.Partition, e.Offset, e.Value)
+}
+
+// Unwrap returns the panic value when it is an error, so errors.Is sees through a panic(err).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}

@@ -1,0 +1,123 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/tidemark-io/tidemark/retry"
+	"github.com/tidemark-io/tidemark/tracker"
+)
+
+// lane is one worker goroutine: it takes ready records from the dispatcher, runs the handler and
+// settles the outcome, until the dispatcher stops.
+func (c *consumer) lane() {
+	for {
+		it, ok := c.d.take()
+		if !ok {
+			return
+		}
+		c.handle(it)
+	}
+}
+
+// handle runs one record through the handler and settles it (DESIGN §3.2, §3.8).
+func (c *consumer) handle(it *item) {
+	ps := it.ps
+	if !c.tracked {
+		c.markTaken(it) // Auto: "stored when handed over"
+	}
+	ev := SettledEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, Offset: it.rec.Offset, Generation: ps.gen}
+	if it.control {
+		ev.Outcome = OutcomeControl
+		c.settle(it, ev)
+		return
+	}
+	ev.Attempt = retry.Count(it.rec) + it.inPlace + 1
+	start := time.Now()
+	err, perr := c.invoke(ps.ctx, it, ev.Attempt)
+	ev.Duration = time.Since(start)
+	if perr != nil {
+		c.log.Error("tidemark: handler panicked", c.recAttrs(it, ev.Attempt, "panic", fmt.Sprint(perr.Value), "stack", string(perr.Stack))...)
+		switch c.cfg.panicPolicy {
+		case PanicRetry:
+			err = Retry(perr)
+		case PanicDrop:
+			err = Drop(perr)
+		default:
+			ev.Outcome, ev.Err = OutcomePanic, perr
+			c.obs.Settled(ev)
+			c.d.finish(it, actHold, 0) // never committed; the App shuts down
+			c.app.fail(perr)
+			return
+		}
+	}
+	kind, cause := classify(err)
+	ev.Err = cause
+	switch kind {
+	case kindAck:
+		ev.Outcome = OutcomeAck
+	case kindDrop:
+		ev.Outcome = OutcomeDrop
+		if errors.Is(cause, ErrDecode) {
+			ev.Outcome = OutcomeDecodeFailure
+			c.log.Warn("tidemark: record dropped: it does not decode", c.recAttrs(it, ev.Attempt, "err", cause)...)
+		} else {
+			c.log.Info("tidemark: record dropped", c.recAttrs(it, ev.Attempt, "err", cause)...)
+		}
+	case kindRetry:
+		if !c.tracked {
+			ev.Outcome, ev.Err = OutcomeRetryRefused, fmt.Errorf("%w: %w", ErrRetryUnsupported, cause)
+			c.log.Warn("tidemark: retry refused: the record is not handled again", c.recAttrs(it, ev.Attempt, "err", cause)...)
+			break
+		}
+		wait := max(c.cfg.backoff(ev.Attempt, cause), 0)
+		ev.Outcome = OutcomeRetry
+		c.log.Debug("tidemark: retrying in place", c.recAttrs(it, ev.Attempt, "err", cause, "backoff", wait)...)
+		it.inPlace++
+		c.obs.Settled(ev)
+		c.d.finish(it, actPark, wait)
+		return
+	}
+	c.settle(it, ev)
+}
+
+// settle completes a record that is done: its offset may now be committed.
+func (c *consumer) settle(it *item, ev SettledEvent) {
+	if it.ps.trk != nil && it.ps.trk.Complete(it.slot) == tracker.Completed {
+		c.kick()
+	}
+	c.obs.Settled(ev)
+	c.d.finish(it, actDone, 0)
+}
+
+// invoke calls the handler, recovering a panic into a *PanicError.
+func (c *consumer) invoke(ctx context.Context, it *item, attempt int) (err error, perr *PanicError) {
+	defer func() {
+		if v := recover(); v != nil {
+			perr = &PanicError{Value: v, Stack: debug.Stack(), Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
+		}
+	}()
+	d := &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
+	return c.h.HandleDelivery(ctx, d), nil
+}
+
+// markTaken marks an Auto record for franz-go's autocommit, unless its partition is no longer
+// owned (a late mark must never reach a partition another member owns; DESIGN §3.7).
+func (c *consumer) markTaken(it *item) {
+	if c.manual {
+		return // manual partitions commit partState.taken with kadm
+	}
+	c.markMu.Lock()
+	defer c.markMu.Unlock()
+	if !it.ps.closed.Load() {
+		c.cl.MarkCommitRecords(it.rec)
+	}
+}
+
+func (c *consumer) recAttrs(it *item, attempt int, kv ...any) []any {
+	return append([]any{"topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset,
+		"group", c.group, "generation", it.ps.gen, "attempt", attempt}, kv...)
+}

@@ -1,0 +1,122 @@
+package runtime
+
+import "time"
+
+// An Observer receives the runtime's events, for metrics and tracing adapters. Its methods are
+// called synchronously from the runtime's goroutines (poll loops, lanes, committers, rebalance
+// callbacks) and must be fast and non-blocking. Embed NopObserver to implement only some methods.
+type Observer interface {
+	// Delivered: a poll handed Records records of one partition to the runtime; InFlight is what
+	// that partition holds now.
+	Delivered(DeliveredEvent)
+	// Settled: one record's handling ended with Outcome, after Duration in the handler.
+	Settled(SettledEvent)
+	// InFlight: periodically (about once per second) per owned partition.
+	InFlight(InFlightEvent)
+	// Paused: a partition's fetching was paused (true) or resumed (false) for back-pressure.
+	Paused(PausedEvent)
+	// Committed: a committed offset the cluster acknowledged.
+	Committed(CommittedEvent)
+	// Rebalanced: partitions were assigned, revoked or lost.
+	Rebalanced(RebalancedEvent)
+}
+
+// Outcome is how a record's handling was settled.
+type Outcome uint8
+
+const (
+	OutcomeAck           Outcome = iota + 1 // the handler returned nil
+	OutcomeDrop                             // Drop, or a panic under PanicDrop
+	OutcomeRetry                            // to be handled again in place (Tracked)
+	OutcomeRetryRefused                     // a retry asked for under Auto: ErrRetryUnsupported
+	OutcomeDecodeFailure                    // dropped: the value did not decode (ErrDecode)
+	OutcomePanic                            // a panic under PanicFail: left uncommitted, the App fails
+	OutcomeControl                          // a transaction marker settled by the runtime itself
+)
+
+// String returns the outcome's name, e.g. "ack".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAck:
+		return "ack"
+	case OutcomeDrop:
+		return "drop"
+	case OutcomeRetry:
+		return "retry"
+	case OutcomeRetryRefused:
+		return "retry_refused"
+	case OutcomeDecodeFailure:
+		return "decode_failure"
+	case OutcomePanic:
+		return "panic"
+	case OutcomeControl:
+		return "control"
+	}
+	return "unknown"
+}
+
+// DeliveredEvent is Observer.Delivered's argument.
+type DeliveredEvent struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Records   int // records this poll handed over for the partition
+	InFlight  int // records the partition holds after it
+}
+
+// SettledEvent is Observer.Settled's argument.
+type SettledEvent struct {
+	Group      string
+	Topic      string
+	Partition  int32
+	Offset     int64
+	Generation uint64
+	Attempt    int
+	Outcome    Outcome
+	Err        error         // the handler's error (wrapping ErrRetryUnsupported when refused)
+	Duration   time.Duration // time in the handler
+}
+
+// InFlightEvent is Observer.InFlight's argument.
+type InFlightEvent struct {
+	Group     string
+	Topic     string
+	Partition int32
+	InFlight  int // records held: queued, running, waiting for a retry
+	// OldestAge is how long the committable position has stayed on the oldest in-flight record
+	// (Tracked; 0 under Auto or when nothing is in flight): a stalled-partition signal.
+	OldestAge time.Duration
+}
+
+// PausedEvent is Observer.Paused's argument.
+type PausedEvent struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Paused    bool
+}
+
+// CommittedEvent is Observer.Committed's argument.
+type CommittedEvent struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Offset    int64 // the next offset to consume, as committed
+}
+
+// RebalancedEvent is Observer.Rebalanced's argument.
+type RebalancedEvent struct {
+	Group      string
+	Kind       string // "assigned", "revoked" or "lost"
+	Partitions map[string][]int32
+}
+
+// NopObserver ignores every event; embed it to implement part of Observer.
+type NopObserver struct{}
+
+func (NopObserver) Delivered(DeliveredEvent)   {}
+func (NopObserver) Settled(SettledEvent)       {}
+func (NopObserver) InFlight(InFlightEvent)     {}
+func (NopObserver) Paused(PausedEvent)         {}
+func (NopObserver) Committed(CommittedEvent)   {}
+func (NopObserver) Rebalanced(RebalancedEvent) {}

@@ -1,0 +1,97 @@
+package runtime
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// An Option configures an App, for New. Later options override earlier ones.
+type Option interface{ applyApp(*appConfig) }
+
+type appOption func(*appConfig)
+
+func (f appOption) applyApp(c *appConfig) { f(c) }
+
+type appConfig struct {
+	brokers            []string
+	defaultGroup       string
+	clientOpts         []kgo.Opt
+	logger             *slog.Logger
+	observer           Observer
+	shutdownTimeout    time.Duration
+	revokeDrainTimeout time.Duration
+	instanceID         string
+	maxPollRecords     int
+}
+
+func defaultAppConfig() appConfig {
+	return appConfig{
+		shutdownTimeout:    30 * time.Second,
+		revokeDrainTimeout: 5 * time.Second,
+		maxPollRecords:     500,
+		observer:           NopObserver{},
+	}
+}
+
+// Brokers sets the seed brokers ("host:port") of every subscription's client. Required: Start
+// fails with a *ConfigError naming Brokers when there are none.
+func Brokers(addrs ...string) Option {
+	return appOption(func(c *appConfig) { c.brokers = append(c.brokers, addrs...) })
+}
+
+// DefaultGroup sets the consumer group of every group subscription that does not name one with
+// Subscription.Group. Manual-partition subscriptions never use it (DESIGN §3.10).
+func DefaultGroup(group string) Option {
+	return appOption(func(c *appConfig) { c.defaultGroup = group })
+}
+
+// ClientOpts adds franz-go options to every subscription's client: connection settings (TLS, SASL,
+// dialer), timeouts, fetch sizes. Options each commit mode owns (AutoCommitMarks,
+// BlockRebalanceOnPoll, the OnPartitions* callbacks, KeepControlRecords, ConsumerGroup,
+// ConsumeTopics) are applied after these and win; the isolation level (read_committed by default)
+// is applied before them, so it can be overridden (DESIGN §3.10).
+func ClientOpts(opts ...kgo.Opt) Option {
+	return appOption(func(c *appConfig) { c.clientOpts = append(c.clientOpts, opts...) })
+}
+
+// Logger sets the structured logger, overriding slog.Default(). Record-level lines carry the keys
+// topic, partition, offset, group, generation and attempt.
+func Logger(l *slog.Logger) Option {
+	return appOption(func(c *appConfig) { c.logger = l })
+}
+
+// Observe sets the Observer that receives the runtime's events (metrics adapters), overriding the
+// no-op default. Its methods are called from the runtime's goroutines and must not block.
+func Observe(o Observer) Option {
+	return appOption(func(c *appConfig) { c.observer = o })
+}
+
+// ShutdownTimeout bounds the Shutdown that Run performs when its ctx ends or a fatal error
+// happens, overriding the default 30s. Size it below the orchestrator's grace period (DESIGN §3.7).
+func ShutdownTimeout(d time.Duration) Option {
+	return appOption(func(c *appConfig) { c.shutdownTimeout = d })
+}
+
+// RevokeDrainTimeout bounds how long a revoke waits for the revoked partitions' running handlers
+// before it commits what finished and cancels their contexts, overriding the default 5s. Keep it
+// below the group's rebalance timeout (DESIGN §3.7).
+func RevokeDrainTimeout(d time.Duration) Option {
+	return appOption(func(c *appConfig) { c.revokeDrainTimeout = d })
+}
+
+// InstanceID turns on static group membership (KIP-345): subscription i's client joins with the
+// instance id "<id>-<i>", so a restarted instance takes its partitions back without a rebalance
+// and two subscriptions never fence each other. id must be stable per running instance (a pod
+// name).
+func InstanceID(id string) Option {
+	return appOption(func(c *appConfig) { c.instanceID = id })
+}
+
+// MaxPollRecords bounds how many records one poll takes from the client's buffer, overriding the
+// default 500. A partition's held records can exceed MaxInFlightPerPartition by at most this many
+// (DESIGN §3.6).
+func MaxPollRecords(n int) Option {
+	return appOption(func(c *appConfig) { c.maxPollRecords = n })
+}

@@ -1,0 +1,66 @@
+package runtime
+
+import "errors"
+
+type outcomeKind uint8
+
+const (
+	kindAck outcomeKind = iota
+	kindDrop
+	kindRetry
+)
+
+// outcome is what Drop and Retry return: the engine sorts it out with errors.As, while errors.Is
+// still finds the user's cause through Unwrap.
+type outcome struct {
+	kind outcomeKind
+	err  error
+}
+
+func (o *outcome) Error() string {
+	switch o.kind {
+	case kindDrop:
+		return "tidemark: drop: " + o.err.Error()
+	default:
+		return "tidemark: retry: " + o.err.Error()
+	}
+}
+
+func (o *outcome) Unwrap() error { return o.err }
+
+var (
+	errDropped = errors.New("dropped")
+	errRetried = errors.New("retry requested")
+)
+
+// Drop returns the outcome "discard this record": it is settled as done and never handled again
+// (DESIGN §3.2). err says why (it is logged); nil is allowed.
+func Drop(err error) error {
+	if err == nil {
+		err = errDropped
+	}
+	return &outcome{kind: kindDrop, err: err}
+}
+
+// Retry returns the outcome "handle this record again" under the registration's policy. A plain
+// non-nil error from a handler means the same. In the Tracked mode without a copy policy the record
+// is handled again in place, after the Backoff, before the records that must stay behind it; in the
+// Auto mode it is refused with ErrRetryUnsupported (DESIGN §3.2). err says why; nil is allowed.
+func Retry(err error) error {
+	if err == nil {
+		err = errRetried
+	}
+	return &outcome{kind: kindRetry, err: err}
+}
+
+// classify sorts a handler's result into its outcome and the user's cause.
+func classify(err error) (outcomeKind, error) {
+	if err == nil {
+		return kindAck, nil
+	}
+	var o *outcome
+	if errors.As(err, &o) {
+		return o.kind, o.err
+	}
+	return kindRetry, err
+}

@@ -1,0 +1,97 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var (
+	errRevoked = errors.New("tidemark: partition revoked and its drain bound passed")
+	errLost    = errors.New("tidemark: partition lost")
+)
+
+// onAssigned creates the state of newly assigned partitions, before their offsets are fetched
+// (franz-go calls it before fetching starts; with BlockRebalanceOnPoll it never overlaps a poll's
+// dispatch). The first call marks the subscription ready.
+func (c *consumer) onAssigned(_ context.Context, _ *kgo.Client, added map[string][]int32) {
+	for topic, parts := range added {
+		for _, p := range parts {
+			c.d.add(c.newPart(tp{topic, p}))
+		}
+	}
+	if len(added) > 0 {
+		c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "assigned", Partitions: added})
+	}
+	c.readyOnce.Do(func() { close(c.ready) })
+}
+
+// onRevoked runs DESIGN §3.7's revoke: stop dispatching the partitions' queued records, wait up to
+// RevokeDrainTimeout for their running handlers, mark what finished, CommitMarkedOffsets, then start
+// a new generation so late completions change nothing. It replaces franz-go's commit-on-revoke.
+func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	if len(revoked) == 0 {
+		return // cooperative groups call it with nothing at the end of every session
+	}
+	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "revoked", Partitions: revoked})
+	pss := c.d.detach(revoked)
+	if len(pss) == 0 {
+		return
+	}
+	if !c.closing.Load() { // at shutdown the drain already ran, bounded by Shutdown's ctx
+		dctx, cancel := context.WithTimeout(ctx, c.app.cfg.revokeDrainTimeout)
+		if err := c.d.waitIdle(dctx, pss); err != nil {
+			c.log.Warn("tidemark: revoke drain bound passed; committing what finished", "err", err, "partitions", revoked)
+		}
+		cancel()
+	}
+	for _, ps := range pss {
+		ps.cancel(errRevoked) // no-op for handlers that already returned
+	}
+	c.finalMarks(pss)
+	cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
+	if err := c.commitMarked(cctx); err != nil {
+		c.log.Warn("tidemark: commit on revoke failed", "err", err, "partitions", revoked)
+	}
+}
+
+// finalMarks marks the last watermark of partitions that are leaving and resets their trackers, so
+// completions that arrive later are stale and never marked.
+func (c *consumer) finalMarks(pss []*partState) {
+	c.markMu.Lock()
+	defer c.markMu.Unlock()
+	offs := make(map[string]map[int32]kgo.EpochOffset)
+	for _, ps := range pss {
+		if ps.trk == nil {
+			continue
+		}
+		if w, ok := ps.trk.Watermark(); ok {
+			addOffset(offs, ps.tp, kgo.EpochOffset{Epoch: w.Epoch, Offset: w.Offset})
+		}
+		ps.trk.Reset()
+	}
+	c.markLocked(offs)
+}
+
+// onLost drops lost partitions at once: no drain, no marks, no commit; their handlers' contexts are
+// cancelled (DESIGN §3.7).
+func (c *consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	if len(lost) == 0 {
+		return
+	}
+	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "lost", Partitions: lost})
+	c.log.Warn("tidemark: partitions lost; in-flight work will not be committed here", "partitions", lost)
+	c.markMu.Lock()
+	pss := c.d.detach(lost)
+	for _, ps := range pss {
+		if ps.trk != nil {
+			ps.trk.Reset()
+		}
+	}
+	c.markMu.Unlock()
+	for _, ps := range pss {
+		ps.cancel(errLost)
+	}
+}

@@ -1,0 +1,143 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+var errShutdownBound = errors.New("tidemark: shutdown bound passed")
+
+// Shutdown stops the App in the order of DESIGN §3.7: stop polling; drain the running handlers
+// (bounded by ctx; past it their contexts are cancelled); flush the producer; final marks and
+// commit (with its own 5s bound, run even when ctx is already done); leave the group
+// (CloseAllowingRebalance). It returns once every goroutine the App started has returned; a handler
+// that ignores its cancelled ctx delays it. Later and concurrent calls wait for the first one and
+// return its result (or ctx's error if ctx ends first).
+func (a *App) Shutdown(ctx context.Context) error { return a.shutdown(ctx, false) }
+
+func (a *App) shutdown(ctx context.Context, fromSupervisor bool) error {
+	ran := false
+	a.stopOnce.Do(func() {
+		ran = true
+		a.setState(StateShuttingDown, nil)
+		close(a.stopping)
+		a.shutdownErr = a.stopAll(ctx)
+		if !fromSupervisor {
+			<-a.supDoneOrNil()
+		}
+		if a.fatalError() == nil {
+			a.setState(StateStopped, nil)
+		}
+		close(a.stopped)
+	})
+	if ran {
+		return a.shutdownErr
+	}
+	select {
+	case <-a.stopped:
+		return a.shutdownErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// supDoneOrNil returns the supervisor's done channel, or a closed one if it never started.
+func (a *App) supDoneOrNil() <-chan struct{} {
+	a.mu.Lock()
+	started := a.supervising
+	a.mu.Unlock()
+	if !started {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return a.supDone
+}
+
+func (a *App) stopAll(ctx context.Context) error {
+	a.mu.Lock()
+	cs := a.consumers
+	a.mu.Unlock()
+	// 1. fetch nothing new
+	for _, c := range cs {
+		c.stopPolling()
+	}
+	// 2. drain running handlers, bounded by ctx; only then are handler contexts cancelled
+	var drainErr error
+	for _, c := range cs {
+		c.d.stop()
+	}
+	for _, c := range cs {
+		if err := c.d.waitIdle(ctx, nil); err != nil {
+			drainErr = fmt.Errorf("tidemark: drain: %w", err)
+			for _, c := range cs {
+				c.cutWork(errShutdownBound)
+			}
+			break
+		}
+	}
+	// 3. flush the producer: nothing to flush until the producer exists.
+	// 4. final marks and commit, with their own bound
+	var errs []error
+	for _, c := range cs {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		c.finalMarks(c.d.owned())
+		if err := c.commitMarked(cctx); err != nil {
+			errs = append(errs, fmt.Errorf("tidemark: %s: final commit: %w", c.sub, err))
+		}
+		cancel()
+	}
+	// 5. leave the group, then wait for every goroutine
+	for _, c := range cs {
+		c.closing.Store(true)
+		c.cl.CloseAllowingRebalance()
+		close(c.stopComm)
+		c.wg.Wait()
+		c.cutWork(errShutdownBound)
+	}
+	return errors.Join(append([]error{drainErr}, errs...)...)
+}
+
+func (c *consumer) stopPolling() {
+	if c.stopPoll == nil {
+		return
+	}
+	c.stopPoll()
+	<-c.pollDone
+}
+
+// waitPatternReady returns once the subscription has an assignment, or once metadata has loaded
+// and no topic matches the pattern yet (DESIGN §3.10).
+func (c *consumer) waitPatternReady(ctx context.Context) error {
+	re := regexp.MustCompile(c.sub.pattern) // validated by Start
+	adm := kadm.NewClient(c.cl)             // not closed: closing it would close c.cl
+	for {
+		select {
+		case <-c.ready:
+			return nil
+		default:
+		}
+		topics, err := adm.ListTopics(ctx)
+		if err == nil {
+			matched := false
+			for _, t := range topics.Names() {
+				matched = matched || re.MatchString(t)
+			}
+			if !matched {
+				return nil
+			}
+		}
+		select {
+		case <-c.ready:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("no assignment from group %q: %w", c.group, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

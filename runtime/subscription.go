@@ -1,0 +1,139 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A CommitMode says how a subscription turns outcomes into committed offsets (DESIGN §3.2). The
+// zero value is Auto.
+type CommitMode struct{ kind modeKind }
+
+type modeKind uint8
+
+const (
+	modeAuto modeKind = iota
+	modeTracked
+)
+
+var (
+	// Auto marks each record when a lane takes it and lets franz-go's autocommit commit the marks
+	// every AutoCommitInterval: the cheapest mode. After a crash or a rebalance, records received
+	// but not yet processed may be committed unprocessed, and a retry is refused. The default.
+	Auto = CommitMode{kind: modeAuto}
+
+	// Tracked commits, per partition, the lowest offset still in flight (or the highest delivered
+	// offset + 1 when none is): at-least-once, with in-place retries. Requires a group.
+	Tracked = CommitMode{kind: modeTracked}
+)
+
+// String returns "Auto" or "Tracked".
+func (m CommitMode) String() string {
+	if m.kind == modeTracked {
+		return "Tracked"
+	}
+	return "Auto"
+}
+
+// A StartOffset says where a group with no committed offset starts reading a partition.
+type StartOffset uint8
+
+const (
+	// Earliest starts at the log start offset (the default).
+	Earliest StartOffset = iota
+	// Latest starts at the high watermark: only records produced after the start.
+	Latest
+)
+
+// String returns "Earliest" or "Latest".
+func (o StartOffset) String() string {
+	if o == Latest {
+		return "Latest"
+	}
+	return "Earliest"
+}
+
+type subKind uint8
+
+const (
+	subTopics subKind = iota
+	subPattern
+	subPartitions
+)
+
+// A Subscription names what a handler reads: topics (Topic, Topics), a regular expression
+// (Pattern) or fixed partitions (Partitions), with its group, commit mode, start offset and extra
+// client options. It is a value: each method returns a changed copy. One franz-go client serves
+// each registered subscription (DESIGN §2).
+type Subscription struct {
+	kind       subKind
+	topics     []string
+	pattern    string
+	partitions []int32
+	group      string
+	mode       CommitMode
+	start      StartOffset
+	opts       []kgo.Opt
+}
+
+// Topic subscribes to one topic as a member of the subscription's consumer group.
+func Topic(name string) Subscription { return Subscription{kind: subTopics, topics: []string{name}} }
+
+// Topics subscribes to several topics in one group, with one handler.
+func Topics(names ...string) Subscription {
+	return Subscription{kind: subTopics, topics: append([]string(nil), names...)}
+}
+
+// Pattern subscribes to every topic whose name matches regex (Go RE2 syntax, anchored: it must start
+// with "^"). Topics created later join when metadata refreshes. Start returns once metadata has
+// loaded, even if nothing matches yet.
+func Pattern(regex string) Subscription { return Subscription{kind: subPattern, pattern: regex} }
+
+// Partitions reads the given partitions of topic directly, without group membership (franz-go
+// refuses ConsumePartitions with a group). With Group(g) it starts from g's committed offsets and
+// commits into g with kadm; g must not be used by any group subscription. Tracked needs a group.
+func Partitions(topic string, partitions ...int32) Subscription {
+	return Subscription{kind: subPartitions, topics: []string{topic}, partitions: append([]int32(nil), partitions...)}
+}
+
+// Group sets the consumer group, overriding DefaultGroup.
+func (s Subscription) Group(group string) Subscription { s.group = group; return s }
+
+// Commit sets the commit mode (Auto by default).
+func (s Subscription) Commit(m CommitMode) Subscription { s.mode = m; return s }
+
+// Start sets where reading starts when the group has no committed offset (Earliest by default). It
+// sets both franz-go's start offset and its reset offset; a committed offset always wins.
+func (s Subscription) Start(o StartOffset) Subscription { s.start = o; return s }
+
+// Config adds franz-go options for this subscription's client only, after the App's ClientOpts and
+// before the options the commit mode owns.
+func (s Subscription) Config(opts ...kgo.Opt) Subscription {
+	s.opts = append(append([]kgo.Opt(nil), s.opts...), opts...)
+	return s
+}
+
+// String names the subscription as the user wrote it, for errors and logs.
+func (s Subscription) String() string {
+	switch s.kind {
+	case subPattern:
+		return fmt.Sprintf("Pattern(%q)", s.pattern)
+	case subPartitions:
+		return fmt.Sprintf("Partitions(%q, %v)", s.topics[0], s.partitions)
+	default:
+		if len(s.topics) == 1 {
+			return fmt.Sprintf("Topic(%q)", s.topics[0])
+		}
+		return fmt.Sprintf("Topics(%s)", strings.Join(quoteAll(s.topics), ", "))
+	}
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
+}

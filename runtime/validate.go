@@ -1,0 +1,112 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// validate checks every option before any I/O and returns all problems joined, each a *ConfigError
+// naming its option (DESIGN §3.10).
+func validate(cfg appConfig, regs []registration) error {
+	var errs []error
+	add := func(option, format string, args ...any) { errs = append(errs, configErr(option, format, args...)) }
+
+	if len(cfg.brokers) == 0 {
+		add("Brokers", "no seed brokers given")
+	}
+	if cfg.maxPollRecords < 1 {
+		add("MaxPollRecords", "need at least 1, got %d", cfg.maxPollRecords)
+	}
+	if cfg.shutdownTimeout <= 0 {
+		add("ShutdownTimeout", "need a positive duration, got %s", cfg.shutdownTimeout)
+	}
+	if cfg.revokeDrainTimeout <= 0 {
+		add("RevokeDrainTimeout", "need a positive duration, got %s", cfg.revokeDrainTimeout)
+	}
+	if len(regs) == 0 {
+		add("Handle", "no subscription registered")
+	}
+
+	type groupTopic struct{ group, topic string }
+	groupSubs := map[groupTopic]string{} // group subscription topics, by group
+	groupUsers := map[string]string{}    // group → a group subscription using it
+	manualGroups := map[string]string{}  // group → a manual subscription using it
+	for _, r := range regs {
+		s := r.sub
+		name := s.String()
+		group := s.group
+		if s.kind != subPartitions && group == "" {
+			group = cfg.defaultGroup
+		}
+		if r.handler == nil {
+			add(name+": Handle", "nil handler")
+		}
+		if r.cfg.workers < 1 {
+			add(name+": Workers", "need at least 1 lane, got %d", r.cfg.workers)
+		}
+		if r.cfg.maxInFlightPerPart < 1 {
+			add(name+": MaxInFlightPerPartition", "need at least 1, got %d", r.cfg.maxInFlightPerPart)
+		}
+		if r.cfg.maxInFlight < 0 {
+			add(name+": MaxInFlight", "need 0 (no bound) or more, got %d", r.cfg.maxInFlight)
+		}
+		if r.cfg.backoff == nil {
+			add(name+": Backoff", "nil backoff function")
+		}
+		if r.cfg.ordering > Unordered {
+			add(name+": Ordering", "unknown ordering %d", r.cfg.ordering)
+		}
+		switch s.kind {
+		case subTopics:
+			if len(s.topics) == 0 {
+				add(name, "no topic named")
+			}
+			for _, t := range s.topics {
+				if t == "" {
+					add(name, "empty topic name")
+				}
+			}
+		case subPattern:
+			if s.pattern == "" || !strings.HasPrefix(s.pattern, "^") {
+				add(name, "a pattern must be anchored: it must start with \"^\"")
+			} else if _, err := regexp.Compile(s.pattern); err != nil {
+				add(name, "invalid regular expression: %w", err)
+			}
+		case subPartitions:
+			if s.topics[0] == "" {
+				add(name, "empty topic name")
+			}
+			if len(s.partitions) == 0 {
+				add(name, "no partition named")
+			}
+			if s.mode.kind == modeTracked && group == "" {
+				add(name+".Group", "the Tracked mode on manual partitions commits into a group: name one with Group")
+			}
+		}
+		if s.kind != subPartitions {
+			if group == "" {
+				add(name+".Group", "no consumer group: name one with Group or DefaultGroup")
+				continue
+			}
+			groupUsers[group] = name
+			for _, t := range s.topics {
+				k := groupTopic{group, t}
+				if other, dup := groupSubs[k]; dup {
+					add(name, "shares group %q and topic %q with %s", group, t, other)
+				}
+				groupSubs[k] = name
+			}
+		} else if group != "" {
+			manualGroups[group] = name
+		}
+	}
+	for group, manual := range manualGroups {
+		if user, ok := groupUsers[group]; ok {
+			errs = append(errs, &ConfigError{Option: manual + ".Group",
+				Err: fmt.Errorf("group %q is also used by the group subscription %s; manual partitions need a group of their own", group, user)})
+		}
+	}
+	return errors.Join(errs...)
+}
