@@ -1,0 +1,297 @@
+package kfaketest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tidemark-io/tidemark/kfaketest"
+)
+
+func values(recs []*kgo.Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = string(r.Value)
+	}
+	return out
+}
+
+func offsets(recs []*kgo.Record) []int64 {
+	out := make([]int64, len(recs))
+	for i, r := range recs {
+		out[i] = r.Offset
+	}
+	return out
+}
+
+// Transaction markers take offsets: read_committed readers see only committed data, and the
+// high watermark counts every marker.
+func TestTxnMarkersTakeOffsets(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	// commit a,b (offsets 0,1, marker 2), abort c (offset 3, marker 4): high watermark 5
+	committed := c.ProduceTxn(t, "tx", true,
+		&kgo.Record{Topic: "t", Value: []byte("a")}, &kgo.Record{Topic: "t", Value: []byte("b")})
+	aborted := c.ProduceTxn(t, "tx", false, &kgo.Record{Topic: "t", Value: []byte("c")})
+	require.Equal(t, []int64{0, 1}, offsets(committed))
+	require.Equal(t, []int64{3}, offsets(aborted))
+	require.Equal(t, map[int32]int64{0: 5}, c.HighWatermarks(t, "t"))
+
+	require.Equal(t, []string{"a", "b"}, values(c.ReadAll(t, "t", true)))
+	all := c.ReadAll(t, "t", false)
+	require.Equal(t, []string{"a", "b", "c"}, values(all))
+	require.Equal(t, []int64{0, 1, 3}, offsets(all))
+}
+
+// An open transaction holds read_committed readers at the last stable offset.
+func TestReadAllCommittedStopsAtOpenTransaction(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	c.ProduceValues(t, "t", 0, "a")
+	cl, err := kgo.NewClient(append(c.ClientOpts(), kgo.TransactionalID("open"))...)
+	require.NoError(t, err)
+	defer cl.Close()
+	require.NoError(t, cl.BeginTransaction())
+	require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Topic: "t", Value: []byte("pending")}).FirstErr())
+	c.ProduceValues(t, "t", 0, "b")
+
+	require.Equal(t, []string{"a"}, values(c.ReadAll(t, "t", true)))
+	require.Equal(t, []string{"a", "pending", "b"}, values(c.ReadAll(t, "t", false)))
+	require.NoError(t, cl.EndTransaction(t.Context(), kgo.TryAbort))
+	require.Equal(t, []string{"a", "b"}, values(c.ReadAll(t, "t", true)))
+}
+
+// Keyed records hash as franz-go's default partitioner does; keyless records and ProduceTo
+// honour the partition asked for.
+func TestProducePartitioning(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("a", 3), kfaketest.Topic("b", 3))
+	plain, err := kgo.NewClient(c.ClientOpts()...) // franz-go's default partitioner
+	require.NoError(t, err)
+	defer plain.Close()
+	for _, key := range []string{"k1", "k2", "k3", "k4", "k5"} {
+		r := &kgo.Record{Topic: "b", Key: []byte(key)}
+		require.NoError(t, plain.ProduceSync(t.Context(), r).FirstErr())
+		got := c.Produce(t, &kgo.Record{Topic: "a", Key: []byte(key)})
+		require.Equal(t, r.Partition, got[0].Partition, "key %s", key)
+	}
+
+	require.Equal(t, int32(2), c.Produce(t, &kgo.Record{Topic: "a", Partition: 2})[0].Partition)
+	require.Equal(t, int32(0), c.Produce(t, &kgo.Record{Topic: "a"})[0].Partition)
+	for _, key := range []string{"k1", "k2", "k3"} {
+		got := c.ProduceTo(t, 1, &kgo.Record{Topic: "a", Key: []byte(key)})
+		require.Equal(t, int32(1), got[0].Partition)
+	}
+	hw := c.HighWatermarks(t, "a")[2]
+	got := c.ProduceValues(t, "a", 2, "x", "y")
+	require.Equal(t, []int64{hw, hw + 1}, offsets(got))
+	require.Equal(t, []int32{2, 2}, []int32{got[0].Partition, got[1].Partition})
+
+	_, err = c.ProduceToContext(t.Context(), 3, &kgo.Record{Topic: "a"})
+	require.ErrorContains(t, err, "invalid record partitioning choice")
+}
+
+// A group consumer's commit shows up in the commit log with its exact position and generation,
+// and in Committed.
+func TestCommitLogSeesGroupCommit(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 2))
+	c.ProduceValues(t, "t", 1, "a", "b", "c")
+
+	cl, err := kgo.NewClient(append(c.ClientOpts(),
+		kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.DisableAutoCommit())...)
+	require.NoError(t, err)
+	defer cl.Close()
+	var got []*kgo.Record
+	for len(got) < 3 {
+		fs := cl.PollFetches(t.Context())
+		require.NoError(t, fs.Err())
+		got = append(got, fs.Records()...)
+	}
+	require.NoError(t, cl.CommitRecords(t.Context(), got...))
+
+	gen := c.Kfake().GroupInfo("g").Epoch
+	require.Positive(t, gen)
+	commits := c.CommitLog().Of("g", "t", 1)
+	require.Len(t, commits, 1)
+	cm := commits[0]
+	require.Equal(t, int64(3), cm.Offset)
+	require.Equal(t, gen, cm.Generation)
+	require.Equal(t, got[2].LeaderEpoch, cm.LeaderEpoch)
+	require.NotEmpty(t, cm.Member)
+	require.False(t, cm.Txn)
+	require.Empty(t, c.CommitLog().Of("g", "t", 0))
+	require.Equal(t, map[int32]int64{1: 3}, c.Committed(t, "g", "t"))
+	c.WaitCommitted(t, "g", "t", map[int32]int64{1: 3})
+	require.Empty(t, c.Committed(t, "g", "other"))
+	require.Empty(t, c.Committed(t, "nobody", "t"))
+}
+
+// A transactional offset commit is logged as such, with its transactional id, and shows in
+// Committed once its transaction commits.
+func TestCommitLogSeesTxnCommit(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	c.ProduceValues(t, "in", 0, "a", "b")
+	sess, err := kgo.NewGroupTransactSession(append(c.ClientOpts(),
+		kgo.TransactionalID("eos"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	require.NoError(t, err)
+	defer sess.Close()
+	var got []*kgo.Record
+	for len(got) < 2 {
+		fs := sess.PollFetches(t.Context())
+		require.NoError(t, fs.Err())
+		got = append(got, fs.Records()...)
+	}
+	require.NoError(t, sess.Begin())
+	for _, r := range got {
+		require.NoError(t, sess.ProduceSync(t.Context(), &kgo.Record{Topic: "out", Value: r.Value}).FirstErr())
+	}
+	committed, err := sess.End(t.Context(), kgo.TryCommit)
+	require.NoError(t, err)
+	require.True(t, committed)
+
+	log := c.CommitLog().Of("g", "in", 0)
+	require.Len(t, log, 1)
+	require.True(t, log[0].Txn)
+	require.Equal(t, "eos", log[0].TxnID)
+	require.Equal(t, int64(2), log[0].Offset)
+	require.Equal(t, c.Kfake().GroupInfo("g").Epoch, log[0].Generation)
+	require.Equal(t, map[int32]int64{0: 2}, c.Committed(t, "g", "in"))
+	require.Equal(t, []string{"a", "b"}, values(c.ReadAll(t, "out", true)))
+}
+
+// FailProduce fails exactly n produce requests with the error given; nothing they carried is
+// written.
+func TestFailProduce(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1), kfaketest.Topic("other", 1))
+
+	// non-retriable: each of the first 2 produces fails with the error, the third succeeds
+	h := c.FailProduce("t", 2, kerr.InvalidRecord)
+	for range 2 {
+		_, err := c.ProduceValuesContext(t.Context(), "t", 0, "x")
+		require.ErrorIs(t, err, kerr.InvalidRecord)
+	}
+	c.ProduceValues(t, "other", 0, "not faulted")
+	require.Equal(t, []int64{0}, offsets(c.ProduceValues(t, "t", 0, "y")))
+	require.Equal(t, 2, h.Hits())
+
+	// retriable: the client retries through 3 failed requests
+	h = c.FailProduce("t", 3, kerr.NotEnoughReplicas)
+	require.Equal(t, []int64{1}, offsets(c.ProduceValues(t, "t", 0, "z")))
+	require.Equal(t, 3, h.Hits())
+	require.Equal(t, []string{"y", "z"}, values(c.ReadAll(t, "t", false)))
+}
+
+// FailCommit fails exactly n commits of the group; the commit log still sees them.
+func TestFailCommit(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	adm := kadm.NewClient(cl)
+	defer adm.Close()
+	commit := func(at int64) error {
+		os := kadm.Offsets{}
+		os.AddOffset("t", 0, at, -1)
+		return adm.CommitAllOffsets(t.Context(), "g", os)
+	}
+
+	h := c.FailCommit("g", 1, kerr.IllegalGeneration)
+	require.ErrorIs(t, commit(1), kerr.IllegalGeneration)
+	require.NoError(t, commit(2))
+	require.Equal(t, 1, h.Hits())
+	require.Equal(t, map[int32]int64{0: 2}, c.Committed(t, "g", "t"))
+
+	log := c.CommitLog().Of("g", "t", 0)
+	require.Len(t, log, 2)
+	require.Equal(t, []int64{1, 2}, []int64{log[0].Offset, log[1].Offset})
+	require.Equal(t, int32(-1), log[0].Generation) // an admin commit
+	require.Empty(t, log[0].Member)
+}
+
+// Several controls on one key coexist: the commit log keeps recording while a user's own
+// observing control and a fault see the same requests.
+func TestControlsCoexist(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	seen := make(chan int64, 10)
+	c.Kfake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.Kfake().KeepControl()
+		r := req.(*kmsg.OffsetCommitRequest)
+		seen <- r.Topics[0].Partitions[0].Offset
+		return nil, nil, false
+	})
+	obs := c.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Observe: true, Count: -1})
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	adm := kadm.NewClient(cl)
+	defer adm.Close()
+	for at := int64(1); at <= 3; at++ {
+		os := kadm.Offsets{}
+		os.AddOffset("t", 0, at, -1)
+		require.NoError(t, adm.CommitAllOffsets(t.Context(), "g", os))
+		require.Equal(t, at, <-seen)
+	}
+	require.Len(t, c.CommitLog().Of("g", "t", 0), 3)
+	require.Equal(t, 3, obs.Hits())
+	c.WaitCommitted(t, "g", "t", map[int32]int64{0: 3})
+}
+
+// HoldProduce holds produce requests until released; Close releases a hold nobody released.
+func TestHoldProduce(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	arrived := make(chan struct{}, 10)
+	c.Kfake().ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		arrived <- struct{}{} // runs before the hold's control: kfake runs a key's controls in order
+		return nil, nil, false
+	})
+	release := c.HoldProduce()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.ProduceValuesContext(context.Background(), "t", 0, "held")
+		done <- err
+	}()
+	<-arrived
+	require.Equal(t, map[int32]int64{0: 0}, c.HighWatermarks(t, "t")) // held, not written
+	release()
+	release() // idempotent
+	require.NoError(t, <-done)
+	require.Equal(t, map[int32]int64{0: 1}, c.HighWatermarks(t, "t"))
+	require.Equal(t, []int64{1}, offsets(c.ProduceValues(t, "t", 0, "after")))
+}
+
+func TestCloseReleasesHold(t *testing.T) {
+	c, err := kfaketest.Start(kfaketest.Topic("t", 1))
+	require.NoError(t, err)
+	arrived := make(chan struct{}, 10)
+	c.Kfake().ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		arrived <- struct{}{}
+		return nil, nil, false
+	})
+	c.HoldProduce()
+	cl, err := kgo.NewClient(append(c.ClientOpts(), kgo.RecordRetries(0))...)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	cl.Produce(context.Background(), &kgo.Record{Topic: "t", Value: []byte("x")}, func(_ *kgo.Record, err error) { done <- err })
+	<-arrived
+	cl.Close() // the client gives up on the held request; kfake still holds it
+	require.ErrorIs(t, <-done, kgo.ErrClientClosed)
+	c.Close() // must not hang, and must leave no goroutine behind (TestMain)
+	c.Close() // idempotent
+
+}
+
+func TestStartCreatesTopicsAndFailsCleanly(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Brokers(3), kfaketest.Topic("a", 4))
+	require.Len(t, c.Addrs(), 3)
+	require.Equal(t, map[int32]int64{0: 0, 1: 0, 2: 0, 3: 0}, c.HighWatermarks(t, "a"))
+	require.ErrorIs(t, c.CreateTopicContext(t.Context(), "a", 1), kerr.TopicAlreadyExists)
+	c.CreateTopic(t, "b", 1)
+	_, err := c.HighWatermarksContext(t.Context(), "missing")
+	require.True(t, errors.Is(err, kerr.UnknownTopicOrPartition))
+
+	_, err = kfaketest.Start(kfaketest.Topic("bad", 0))
+	require.Error(t, err)
+}

@@ -1,0 +1,78 @@
+package kfaketest
+
+import (
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// FailProduce fails the next n Produce requests that write to topic with err: every partition
+// of topic in such a request is answered with err and nothing is appended. n < 0 fails them until
+// the handle's Remove; n == 0 panics. A client retries retriable errors (kerr.NotEnoughReplicas,
+// kerr.NotLeaderForPartition, ...), so each retry is one more request; kerr.RequestTimedOut and
+// kerr.NotEnoughReplicasAfterAppend are answered after the records were appended (an ambiguous
+// produce). The handle counts failed requests (Hits), waits for them (Wait) and removes the
+// fault (Remove).
+func (c *Cluster) FailProduce(topic string, n int, err *kerr.Error) *kfake.FaultHandle {
+	return c.k.Fault(kfake.Fault{
+		Keys:  []kmsg.Key{kmsg.Produce},
+		Topic: topic,
+		Err:   err,
+		Count: faultCount("FailProduce", n),
+	})
+}
+
+// FailCommit fails the next n OffsetCommit or TxnOffsetCommit requests for group with err, as
+// FailProduce does for produce requests: each partition of the request is answered with err and
+// no offset is stored or staged. The CommitLog still records these requests.
+func (c *Cluster) FailCommit(group string, n int, err *kerr.Error) *kfake.FaultHandle {
+	return c.k.Fault(kfake.Fault{
+		Keys:  []kmsg.Key{kmsg.OffsetCommit, kmsg.TxnOffsetCommit},
+		Group: group,
+		Err:   err,
+		Count: faultCount("FailCommit", n),
+	})
+}
+
+func faultCount(fn string, n int) int {
+	switch {
+	case n == 0:
+		panic("kfaketest: " + fn + ": n must not be 0 (use n < 0 for until Remove)")
+	case n < 0:
+		return -1
+	}
+	return n
+}
+
+// HoldProduce holds every Produce request the cluster receives (from any client, including
+// Produce's helper) until release is called, then lets them all proceed in order. Requests that
+// share a connection with a held request wait behind it. Use it to fill a producer's buffer or to
+// run out a flush or queue timeout. release is idempotent and safe to call from any goroutine;
+// Close calls it, so a hold never outlives the cluster.
+func (c *Cluster) HoldProduce() (release func()) {
+	held := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return release
+	}
+	c.releases = append(c.releases, release)
+	c.mu.Unlock()
+
+	c.k.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		select {
+		case <-held:
+			c.k.DropControl() // released: this control is done, the request goes on
+			return nil, nil, false
+		default:
+		}
+		c.k.SleepControl(func() { <-held }) // other connections proceed meanwhile
+		return nil, nil, false
+	})
+	return release
+}

@@ -1,0 +1,162 @@
+package kfaketest_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark-io/tidemark/kfaketest"
+)
+
+// crashConsumer is the child of TestCrashRestartResumesFromCommit: a static group member that
+// commits synchronously after every record and logs around each. It runs until killed.
+func crashConsumer(env kfaketest.ChildEnv) {
+	cl, err := kgo.NewClient(append(env.ClientOpts(),
+		kgo.ConsumerGroup(env.Args["group"]),
+		kgo.ConsumeTopics(env.Args["topic"]),
+		kgo.InstanceID(env.InstanceID),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)...)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	env.Log.Note("ready", strconv.Itoa(env.Run))
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err(); err != nil {
+			panic(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			env.Log.Start(r.Topic, r.Partition, r.Offset, 1)
+			if err := cl.CommitRecords(ctx, r); err != nil {
+				panic(err)
+			}
+			env.Log.Return(r.Topic, r.Partition, r.Offset, "ack")
+		})
+	}
+}
+
+// A SIGKILLed consumer that is restarted with the same instance id resumes from the offset it
+// last committed, within a few seconds (no session timeout to wait out).
+func TestCrashRestartResumesFromCommit(t *testing.T) {
+	if env, ok := kfaketest.Child(); ok {
+		crashConsumer(env)
+		return
+	}
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	vals := make([]string, 20)
+	for i := range vals {
+		vals[i] = fmt.Sprint(i)
+	}
+	c.ProduceValues(t, "in", 0, vals...)
+
+	p := c.Spawn(t, map[string]string{"group": "g", "topic": "in"})
+	p.KillAfter(t, 5)
+	lastReturn := int64(-1)
+	for _, e := range p.Events() {
+		if e.Kind == kfaketest.EventReturn {
+			lastReturn = e.Offset
+		}
+	}
+	require.GreaterOrEqual(t, lastReturn, int64(4))
+
+	restarted := time.Now()
+	p.Restart(t)
+	p.SetTimeout(5 * time.Second) // "within a few seconds", process start under -race included
+	p.WaitEvents(t, func(evs []kfaketest.Event) bool {
+		for _, e := range evs {
+			if e.Run == 2 && e.Kind == kfaketest.EventStart {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("run 2 delivered its first record %v after Restart", time.Since(restarted))
+	p.WaitEvents(t, func(evs []kfaketest.Event) bool {
+		for _, e := range evs {
+			if e.Run == 2 && e.Kind == kfaketest.EventReturn && e.Offset == 19 {
+				return true
+			}
+		}
+		return false
+	})
+	evs := p.Events()
+	firstRun2 := int64(-1)
+	for _, e := range evs {
+		if e.Run == 2 && e.Kind == kfaketest.EventStart {
+			firstRun2 = e.Offset
+			break
+		}
+	}
+	// The commits of run 1 are those of its member; the last is where run 2 must start.
+	commits := c.CommitLog().Of("g", "in", 0)
+	require.NotEmpty(t, commits)
+	run1Member := commits[0].Member
+	lastRun1 := int64(-1)
+	for _, cm := range commits {
+		if cm.Member == run1Member {
+			lastRun1 = cm.Offset
+		}
+	}
+	require.NotEqual(t, run1Member, commits[len(commits)-1].Member, "run 2 committed as a new member")
+	require.Equal(t, lastRun1, firstRun2, "run 2 starts at run 1's last commit")
+	// Run 1 may have died between a commit and its Return line: then that record's commit
+	// landed and run 2 starts one past its last Return.
+	require.Contains(t, []int64{lastReturn + 1, lastReturn + 2}, lastRun1)
+
+	// Every record was handled, and only the one in flight at the kill can have been handled
+	// twice (if its commit did not land).
+	starts := make(map[int64]int)
+	for _, e := range evs {
+		if e.Kind == kfaketest.EventStart {
+			starts[e.Offset]++
+		}
+	}
+	for o := range int64(20) {
+		require.Positive(t, starts[o], "offset %d never started", o)
+		if o != firstRun2 {
+			require.Equal(t, 1, starts[o], "offset %d started twice", o)
+		}
+	}
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 20})
+}
+
+// A child that returns on its own exits with status 0; its notes and Args reach the parent.
+func TestChildExitsAndNotes(t *testing.T) {
+	if env, ok := kfaketest.Child(); ok {
+		env.Log.Note("args", env.Args["x"]+"/"+strconv.Itoa(env.Run)+"/"+env.InstanceID)
+		return
+	}
+	c := kfaketest.New(t)
+	p := c.Spawn(t, map[string]string{"x": "y"})
+	require.NoError(t, p.WaitExit(t))
+	p.Restart(t)
+	require.NoError(t, p.WaitExit(t))
+	evs := p.Events()
+	want := []kfaketest.Event{
+		{Run: 1, Kind: kfaketest.EventNote, Note: "args", Text: "y/1/" + p.InstanceID(), Seq: 0},
+		{Run: 2, Kind: kfaketest.EventNote, Note: "args", Text: "y/2/" + p.InstanceID(), Seq: 1},
+	}
+	require.Equal(t, want, evs)
+	require.Equal(t, "TestChildExitsAndNotes-1", p.InstanceID())
+}
+
+// Spawn finds a subtest whose name needs quoting.
+func TestSpawnSubtest(t *testing.T) {
+	t.Run("with (parens) and spaces", func(t *testing.T) {
+		if env, ok := kfaketest.Child(); ok {
+			env.Log.Note("hello", "")
+			return
+		}
+		p := kfaketest.New(t).Spawn(t, nil)
+		require.NoError(t, p.WaitExit(t))
+		require.Len(t, p.Events(), 1)
+	})
+}

@@ -1,0 +1,162 @@
+package kfaketest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Produce writes the records synchronously and returns them (the same pointers) with Partition
+// and Offset set, failing the test on the first error. Each record needs its Topic. A record with
+// a Key goes where franz-go's default partitioner (and Kafka's Java client) puts that key
+// (murmur2); a record without a Key goes to its Record.Partition, 0 unless set. Use ProduceTo to
+// pin keyed records.
+func (c *Cluster) Produce(t testing.TB, recs ...*kgo.Record) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := opCtx(t)
+	defer cancel()
+	out, err := c.ProduceContext(ctx, recs...)
+	if err != nil {
+		t.Fatalf("kfaketest: Produce: %v", err)
+	}
+	return out
+}
+
+// ProduceContext is Produce for programs. It returns the records once all are acknowledged,
+// or the first error (wrapping the kerr error, or ctx's error) naming the record's topic.
+func (c *Cluster) ProduceContext(ctx context.Context, recs ...*kgo.Record) ([]*kgo.Record, error) {
+	return produceSync(ctx, c.cl, recs)
+}
+
+// ProduceTo is Produce with every record pinned to partition, whether or not it has a key.
+func (c *Cluster) ProduceTo(t testing.TB, partition int32, recs ...*kgo.Record) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := opCtx(t)
+	defer cancel()
+	out, err := c.ProduceToContext(ctx, partition, recs...)
+	if err != nil {
+		t.Fatalf("kfaketest: ProduceTo: %v", err)
+	}
+	return out
+}
+
+// ProduceToContext is ProduceTo for programs. A partition the topic does not have fails the
+// record with franz-go's "invalid record partitioning choice" error.
+func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ...*kgo.Record) ([]*kgo.Record, error) {
+	for _, r := range recs {
+		pin(ctx, r, partition)
+	}
+	return produceSync(ctx, c.cl, recs)
+}
+
+// ProduceValues writes one keyless record per value to the topic's partition, in order, and
+// returns them with their offsets.
+func (c *Cluster) ProduceValues(t testing.TB, topic string, partition int32, values ...string) []*kgo.Record {
+	t.Helper()
+	return c.ProduceTo(t, partition, valueRecords(topic, values)...)
+}
+
+// ProduceValuesContext is ProduceValues for programs.
+func (c *Cluster) ProduceValuesContext(ctx context.Context, topic string, partition int32, values ...string) ([]*kgo.Record, error) {
+	return c.ProduceToContext(ctx, partition, valueRecords(topic, values)...)
+}
+
+func valueRecords(topic string, values []string) []*kgo.Record {
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = &kgo.Record{Topic: topic, Value: []byte(v)}
+	}
+	return recs
+}
+
+// ProduceTxn writes the records in one transaction with transactional id txnID, then commits it
+// (commit true) or aborts it, and returns the records with Partition and Offset set. Records are
+// partitioned as by Produce (records passed through ProduceTo's pinning keep it). Each call uses a
+// fresh transactional client, so it fences any other producer using txnID. Every partition
+// written gets a control record (the marker) after the data: a committed transaction of 2
+// records on an empty partition moves its high watermark to 3.
+func (c *Cluster) ProduceTxn(t testing.TB, txnID string, commit bool, recs ...*kgo.Record) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := opCtx(t)
+	defer cancel()
+	out, err := c.ProduceTxnContext(ctx, txnID, commit, recs...)
+	if err != nil {
+		t.Fatalf("kfaketest: ProduceTxn %q: %v", txnID, err)
+	}
+	return out
+}
+
+// ProduceTxnContext is ProduceTxn for programs. It returns the first produce error (the
+// transaction is then aborted), or the error of beginning or ending the transaction.
+func (c *Cluster) ProduceTxnContext(ctx context.Context, txnID string, commit bool, recs ...*kgo.Record) ([]*kgo.Record, error) {
+	cl, err := kgo.NewClient(append(c.ClientOpts(),
+		kgo.RecordPartitioner(partitioner{}),
+		kgo.TransactionalID(txnID),
+	)...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	if err := cl.BeginTransaction(); err != nil {
+		return nil, fmt.Errorf("begin transaction: %w", err)
+	}
+	out, perr := produceSync(ctx, cl, recs)
+	end := kgo.TransactionEndTry(commit)
+	if perr != nil {
+		end = kgo.TryAbort
+	}
+	if err := cl.EndTransaction(ctx, end); err != nil {
+		return nil, errors.Join(perr, fmt.Errorf("end transaction: %w", err))
+	}
+	if perr != nil {
+		return nil, perr
+	}
+	return out, nil
+}
+
+func produceSync(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) ([]*kgo.Record, error) {
+	for _, res := range cl.ProduceSync(ctx, recs...) {
+		if res.Err != nil {
+			return nil, fmt.Errorf("produce to %q: %w", res.Record.Topic, res.Err)
+		}
+	}
+	return recs, nil
+}
+
+// pinKey marks, in Record.Context, a record ProduceTo pinned to Record.Partition.
+type pinKey struct{}
+
+// pin marks r; a record without a Context gets ctx as its parent, as kgo.Client.Produce would
+// have given it, so ctx still cancels it.
+func pin(ctx context.Context, r *kgo.Record, partition int32) {
+	parent := r.Context
+	if parent == nil {
+		parent = ctx
+	}
+	r.Partition = partition
+	r.Context = context.WithValue(parent, pinKey{}, true)
+}
+
+// partitioner sends keyed records where franz-go's default partitioner does and every other
+// record (keyless, or pinned by ProduceTo) to its Record.Partition.
+type partitioner struct{}
+
+func (partitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	return &topicPartitioner{byKey: kgo.StickyKeyPartitioner(nil).ForTopic(topic)}
+}
+
+type topicPartitioner struct {
+	byKey kgo.TopicPartitioner // only ever asked about keyed records, so its sticky state is unused
+}
+
+func (*topicPartitioner) RequiresConsistency(*kgo.Record) bool { return true }
+
+func (p *topicPartitioner) Partition(r *kgo.Record, n int) int {
+	if r.Key != nil && (r.Context == nil || r.Context.Value(pinKey{}) == nil) {
+		return p.byKey.Partition(r, n)
+	}
+	return int(r.Partition)
+}

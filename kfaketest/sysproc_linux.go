@@ -1,0 +1,11 @@
+package kfaketest
+
+import "syscall"
+
+// sysProcAttr makes the kernel SIGKILL a child when the parent test process dies (a test
+// timeout's panic, a crash), so no consumer is left running against a vanished cluster.
+// Pdeathsig fires when the thread that started the child exits; the Go runtime does not end
+// threads that were not locked with runtime.LockOSThread, and Spawn does not lock one.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
