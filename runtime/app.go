@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,11 +45,11 @@ type App struct {
 	fatalErr  error
 	fatal     chan struct{} // closed by the first fatal error
 
-	stopOnce    sync.Once
-	stopping    chan struct{} // closed when Shutdown begins
-	stopped     chan struct{} // closed when Shutdown has finished
-	shutdownErr error
-	supDone     chan struct{}
+	shutdownStarted atomic.Bool
+	stopping        chan struct{} // closed when Shutdown begins
+	stopped         chan struct{} // closed when Shutdown has finished
+	shutdownErr     error
+	supDone         chan struct{}
 }
 
 // New returns an App configured by opts. It only records: Start validates and reports every

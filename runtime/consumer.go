@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/tracker"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -184,6 +185,9 @@ func (c *consumer) assignManual(ctx context.Context) error {
 		resp, err := c.adm.FetchOffsets(kadm.RequireStable(ctx), c.group)
 		if err == nil {
 			err = resp.Error()
+		}
+		if errors.Is(err, kerr.GroupIDNotFound) { // kfake's answer for a group with no commits yet
+			err = nil
 		}
 		if err != nil {
 			return fmt.Errorf("tidemark: %s: read committed offsets of group %q: %w", c.sub, c.group, err)

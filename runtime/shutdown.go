@@ -21,29 +21,28 @@ var errShutdownBound = errors.New("tidemark: shutdown bound passed")
 func (a *App) Shutdown(ctx context.Context) error { return a.shutdown(ctx, false) }
 
 func (a *App) shutdown(ctx context.Context, fromSupervisor bool) error {
-	ran := false
-	a.stopOnce.Do(func() {
-		ran = true
-		a.setState(StateShuttingDown, nil)
-		close(a.stopping)
-		a.shutdownErr = a.stopAll(ctx)
-		if !fromSupervisor {
-			<-a.supDoneOrNil()
+	if !a.shutdownStarted.CompareAndSwap(false, true) {
+		if fromSupervisor {
+			return nil // a shutdown is under way and waits for the supervisor to return
 		}
-		if a.fatalError() == nil {
-			a.setState(StateStopped, nil)
+		select {
+		case <-a.stopped:
+			return a.shutdownErr
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		close(a.stopped)
-	})
-	if ran {
-		return a.shutdownErr
 	}
-	select {
-	case <-a.stopped:
-		return a.shutdownErr
-	case <-ctx.Done():
-		return ctx.Err()
+	a.setState(StateShuttingDown, nil)
+	close(a.stopping)
+	a.shutdownErr = a.stopAll(ctx)
+	if !fromSupervisor {
+		<-a.supDoneOrNil()
 	}
+	if a.fatalError() == nil {
+		a.setState(StateStopped, nil)
+	}
+	close(a.stopped)
+	return a.shutdownErr
 }
 
 // supDoneOrNil returns the supervisor's done channel, or a closed one if it never started.

@@ -1,0 +1,102 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/runtime"
+)
+
+var ack = runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return nil })
+
+// Start validates every option before any I/O and names the option of each problem (DESIGN §3.10).
+func TestStartRejectsBadConfiguration(t *testing.T) {
+	brokers := runtime.Brokers("127.0.0.1:1") // never dialled: validation fails first
+	cases := []struct {
+		name    string
+		opts    []runtime.Option
+		handle  func(*runtime.App)
+		options []string // the Option of each *ConfigError, in order
+	}{
+		{"no brokers", nil,
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t").Group("g"), ack) },
+			[]string{"Brokers"}},
+		{"no subscription", []runtime.Option{brokers}, func(*runtime.App) {},
+			[]string{"Handle"}},
+		{"a group subscription without a group", []runtime.Option{brokers},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
+			[]string{`Topic("t").Group`}},
+		{"Tracked manual partitions without a group", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Partitions("t", 0).Commit(runtime.Tracked), ack) },
+			[]string{`Partitions("t", [0]).Group`}},
+		{"an unanchored pattern", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Pattern("events-.*"), ack) },
+			[]string{`Pattern("events-.*")`}},
+		{"an empty pattern", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Pattern(""), ack) },
+			[]string{`Pattern("")`}},
+		{"two subscriptions sharing a group and a topic", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t"), ack)
+				runtime.Handle(a, runtime.Topics("u", "t"), ack)
+			},
+			[]string{`Topics("u", "t")`}},
+		{"a manual subscription using a group subscription's group", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t"), ack)
+				runtime.Handle(a, runtime.Partitions("u", 0).Group("g"), ack)
+			},
+			[]string{`Partitions("u", [0]).Group`}},
+		{"zero workers", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.Workers(0)) },
+			[]string{`Topic("t"): Workers`}},
+		{"zero in flight per partition", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.MaxInFlightPerPartition(0)) },
+			[]string{`Topic("t"): MaxInFlightPerPartition`}},
+		{"a nil handler", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), nil) },
+			[]string{`Topic("t"): Handle`}},
+		{"zero MaxPollRecords", []runtime.Option{brokers, runtime.DefaultGroup("g"), runtime.MaxPollRecords(0)},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
+			[]string{"MaxPollRecords"}},
+		{"every problem at once", []runtime.Option{runtime.MaxPollRecords(-1)},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.Workers(-2)) },
+			[]string{"Brokers", "MaxPollRecords", `Topic("t"): Workers`, `Topic("t").Group`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			app := runtime.New(append([]runtime.Option{runtime.Logger(testLogger())}, tc.opts...)...)
+			tc.handle(app)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := app.Start(ctx)
+			require.Error(t, err)
+			var got []string
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				var ce *runtime.ConfigError
+				require.ErrorAs(t, e, &ce)
+				got = append(got, ce.Option)
+				require.Contains(t, e.Error(), "tidemark: "+ce.Option+": ")
+			}
+			require.Equal(t, tc.options, got)
+			state, reason := app.State()
+			require.Equal(t, runtime.StateFailed, state)
+			require.Equal(t, err, reason)
+			require.ErrorIs(t, app.Start(ctx), runtime.ErrClosed, "an App starts once")
+			require.NoError(t, app.Shutdown(ctx))
+		})
+	}
+}
+
+// The outcome constructors keep the user's cause visible to errors.Is.
+func TestOutcomesWrapTheirCause(t *testing.T) {
+	cause := errors.New("bank down")
+	require.ErrorIs(t, runtime.Drop(cause), cause)
+	require.ErrorIs(t, runtime.Retry(cause), cause)
+	require.EqualError(t, runtime.Drop(cause), "tidemark: drop: bank down")
+	require.EqualError(t, runtime.Retry(cause), "tidemark: retry: bank down")
+	require.EqualError(t, runtime.Drop(nil), "tidemark: drop: dropped")
+}

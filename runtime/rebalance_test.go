@@ -1,0 +1,385 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/runtime"
+)
+
+// handled is one handler call: which member saw which record, in which runtime generation.
+type handled struct {
+	p   int32
+	off int64
+	gen uint64
+}
+
+// handledLog records handler calls from many lanes.
+type handledLog struct {
+	mu sync.Mutex
+	hs []handled
+}
+
+func (l *handledLog) add(d *runtime.Delivery) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hs = append(l.hs, handled{d.Record().Partition, d.Record().Offset, d.Generation()})
+}
+
+// offsets returns the offsets handled on partition p, in the order the handler calls began.
+func (l *handledLog) offsets(p int32) []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []int64
+	for _, h := range l.hs {
+		if h.p == p {
+			out = append(out, h.off)
+		}
+	}
+	return out
+}
+
+func (l *handledLog) all() []handled {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.hs)
+}
+
+// partitionsOf returns the event's partitions of topic, sorted.
+func partitionsOf(e runtime.RebalancedEvent, topic string) []int32 {
+	return slices.Sorted(slices.Values(e.Partitions[topic]))
+}
+
+// requireNonDecreasing fails unless the commits the cluster received for each of group's
+// partitions of topic never go backwards.
+func requireNonDecreasing(t *testing.T, c *kfaketest.Cluster, group, topic string, parts ...int32) {
+	t.Helper()
+	for _, p := range parts {
+		log := c.CommitLog().Of(group, topic, p)
+		for i := 1; i < len(log); i++ {
+			require.GreaterOrEqual(t, log[i].Offset, log[i-1].Offset,
+				"partition %d: commit #%d (seq %d, member %s) went back: %v", p, i, log[i].Seq, log[i].Member, offsetsOf(log))
+		}
+	}
+}
+
+func offsetsOf(cs []kfaketest.Commit) []int64 {
+	out := make([]int64, len(cs))
+	for i, c := range cs {
+		out[i] = c.Offset
+	}
+	return out
+}
+
+// A revoke stops dispatching the revoked partition's queued records, waits for the one in a
+// handler, commits the tracker's watermark before the revoke returns, and the next owner starts
+// exactly there: nothing handled twice, nothing lost, commits never go back (DESIGN §3.1, §3.7,
+// §3.11).
+func TestRevokeWithWorkInFlightCommitsWhatFinishedBeforeHandingOver(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	for p := range int32(2) {
+		var vs []string
+		for i := range 5 {
+			vs = append(vs, fmt.Sprintf("p%d-%d", p, i))
+		}
+		c.ProduceValues(t, "in", p, vs...)
+	}
+	sub := runtime.Topic("in").Group("g").Commit(runtime.Tracked)
+
+	// Member A: offset 2 of each partition blocks until A's revoke has begun.
+	revoked := make(chan struct{})
+	var (
+		revokeOnce sync.Once
+		revokedEv  runtime.RebalancedEvent
+	)
+	obsA := &observer{}
+	obsA.onRebal = func(e runtime.RebalancedEvent) {
+		if e.Kind == "revoked" && len(e.Partitions) > 0 {
+			revokeOnce.Do(func() { revokedEv = e; close(revoked) })
+		}
+	}
+	var aLog handledLog
+	appA := runtime.New(appOpts(c, runtime.Observe(obsA))...)
+	runtime.Handle(appA, sub, runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+		aLog.add(d)
+		if d.Record().Offset == 2 {
+			select {
+			case <-revoked:
+			case <-ctx.Done(): // only if the test failed and the App is shutting down
+			}
+		}
+		return nil
+	}), runtime.Workers(2))
+	start(t, appA)
+
+	// Steady state before B joins: 0 and 1 done, 2 blocked, 3 and 4 queued in A, on both partitions.
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2, 1: 2})
+	eventually(t, func() bool {
+		return slices.Equal(aLog.offsets(0), []int64{0, 1, 2}) && slices.Equal(aLog.offsets(1), []int64{0, 1, 2})
+	}, "A is not blocked on offset 2 of both partitions: %v", aLog.all())
+	eventually(t, func() bool {
+		obsA.mu.Lock()
+		defer obsA.mu.Unlock()
+		n := map[int32]int{}
+		for _, e := range obsA.delivered {
+			n[e.Partition] += e.Records
+		}
+		return n[0] == 5 && n[1] == 5
+	}, "A did not receive all 10 records")
+	before := c.CommitLog().All()
+	require.NotEmpty(t, before)
+	memberA := before[0].Member
+	for _, cm := range before {
+		require.Equal(t, memberA, cm.Member, "only A commits before B joins")
+	}
+
+	// Member B: when it is assigned the moved partition, A's revoke has returned: snapshot the log.
+	var (
+		bMu         sync.Mutex
+		bAssignLog  = map[int32][]kfaketest.Commit{}
+		bAssignSeen bool
+	)
+	obsB := &observer{}
+	obsB.onRebal = func(e runtime.RebalancedEvent) {
+		if e.Kind != "assigned" {
+			return
+		}
+		bMu.Lock()
+		defer bMu.Unlock()
+		for _, p := range e.Partitions["in"] {
+			if _, ok := bAssignLog[p]; !ok {
+				bAssignLog[p] = c.CommitLog().Of("g", "in", p)
+				bAssignSeen = true
+			}
+		}
+	}
+	var bLog handledLog
+	appB := runtime.New(appOpts(c, runtime.Observe(obsB))...)
+	runtime.Handle(appB, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+		bLog.add(d)
+		return nil
+	}), runtime.Workers(2))
+	start(t, appB)
+
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 5, 1: 5})
+	<-revoked // closed: A's offset 2 returned only after it
+
+	// Exactly one partition moved.
+	moved := partitionsOf(revokedEv, "in")
+	require.Len(t, moved, 1, "cooperative-sticky moves exactly one partition: %v", revokedEv)
+	px, py := moved[0], 1-moved[0]
+
+	// A handled 0,1,2 of the moved partition (3 and 4 were dropped from its queue) and all of the
+	// other; B handled exactly 3 and 4 of the moved partition, starting at A's commit.
+	obsA.mu.Lock()
+	rebA := slices.Clone(obsA.rebal)
+	obsA.mu.Unlock()
+	require.Equal(t, []int64{0, 1, 2}, aLog.offsets(px), "A's handler calls on the moved partition %d; A: %v; B: %v; A's rebalances: %v; commits: %+v",
+		px, aLog.all(), bLog.all(), rebA, c.CommitLog().All())
+	require.Equal(t, []int64{0, 1, 2, 3, 4}, aLog.offsets(py), "A's handler calls on the kept partition %d", py)
+	require.Equal(t, []int64{3, 4}, bLog.offsets(px), "B's handler calls on the moved partition %d", px)
+	require.Empty(t, bLog.offsets(py), "B's handler calls on the kept partition %d", py)
+
+	// A committed 3 for the moved partition before its revoke returned: it is the last commit of
+	// the partition when B is assigned it, and it is A's.
+	bMu.Lock()
+	require.True(t, bAssignSeen)
+	atAssign, ok := bAssignLog[px]
+	bMu.Unlock()
+	require.True(t, ok, "B was never assigned partition %d", px)
+	require.NotEmpty(t, atAssign)
+	last := atAssign[len(atAssign)-1]
+	require.Equal(t, int64(3), last.Offset, "last commit of partition %d when B got it: %v", px, offsetsOf(atAssign))
+	require.Equal(t, memberA, last.Member, "the commit of 3 is A's")
+	for _, cm := range c.CommitLog().Of("g", "in", px) {
+		if cm.Member == memberA {
+			require.LessOrEqual(t, cm.Offset, int64(3), "A never commits past what it handled on %d", px)
+		}
+	}
+
+	requireNonDecreasing(t, c, "g", "in", 0, 1)
+	require.Equal(t, map[int32]int64{0: 5, 1: 5}, c.Committed(t, "g", "in"))
+}
+
+// A completion of a delivery taken before its partition was revoked is a silent no-op: the member
+// commits nothing for it, not even once the partition comes back to it in a new generation, whose
+// position starts at the group's commit and waits for the new generation's own records; the old
+// handler's ctx is cancelled once the revoke's drain bound passed (DESIGN §3.1, §3.7).
+func TestLateCompletionAfterRevokeCommitsNothing(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	for p := range int32(2) {
+		var vs []string
+		for i := range 5 {
+			vs = append(vs, fmt.Sprintf("p%d-%d", p, i))
+		}
+		c.ProduceValues(t, "in", p, vs...)
+	}
+	sub := runtime.Topic("in").Group("g").Commit(runtime.Tracked)
+
+	var (
+		mu          sync.Mutex
+		revokedEv   runtime.RebalancedEvent
+		reassignSeq = -1 // commit log length when A got the moved partition back
+		oldGen      = map[int32]uint64{}
+		oldCtxErr   = map[int32]error{}
+		newGen      uint64
+	)
+	revoked := make(chan struct{})
+	reassigned := make(chan struct{})
+	releaseOld := map[int32]*gate{0: newGate(), 1: newGate()}
+	startedOld := map[int32]chan struct{}{0: make(chan struct{}), 1: make(chan struct{})}
+	returnedOld := map[int32]chan struct{}{0: make(chan struct{}), 1: make(chan struct{})}
+	startedNew := make(chan struct{})
+	releaseNew := newGate()
+
+	obsA := &observer{}
+	obsA.onRebal = func(e runtime.RebalancedEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case e.Kind == "revoked" && len(e.Partitions) > 0 && revokedEv.Kind == "":
+			revokedEv = e
+			close(revoked)
+		case e.Kind == "assigned" && revokedEv.Kind != "" && reassignSeq < 0:
+			if slices.Contains(e.Partitions["in"], revokedEv.Partitions["in"][0]) {
+				reassignSeq = len(c.CommitLog().All())
+				close(reassigned)
+			}
+		}
+	}
+	var aLog handledLog
+	appA := runtime.New(appOpts(c, runtime.Observe(obsA), runtime.RevokeDrainTimeout(300*time.Millisecond))...)
+	runtime.Handle(appA, sub, runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+		aLog.add(d)
+		p, off := d.Record().Partition, d.Record().Offset
+		mu.Lock()
+		_, again := oldGen[p]
+		if off == 1 && !again {
+			oldGen[p] = d.Generation()
+		}
+		mu.Unlock()
+		switch {
+		case off == 1 && !again: // the old generation's record: ignores ctx until released
+			close(startedOld[p])
+			<-releaseOld[p].ch
+			mu.Lock()
+			oldCtxErr[p] = ctx.Err()
+			mu.Unlock()
+			close(returnedOld[p])
+		case off == 5: // the new generation's record on the moved partition
+			mu.Lock()
+			newGen = d.Generation()
+			mu.Unlock()
+			close(startedNew)
+			<-releaseNew.ch
+		}
+		return nil
+	}), runtime.Workers(2), runtime.ByPartition)
+	start(t, appA)
+	// Runs before appA's stop (cleanups run last-in first-out): the handlers ignore their ctx.
+	t.Cleanup(func() { releaseOld[0].open(); releaseOld[1].open(); releaseNew.open() })
+
+	waitClosed(t, startedOld[0], "A never handled (0,1)")
+	waitClosed(t, startedOld[1], "A never handled (1,1)")
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1, 1: 1})
+	memberA := c.CommitLog().All()[0].Member
+
+	var bLog handledLog
+	appB := runtime.New(appOpts(c)...)
+	runtime.Handle(appB, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+		bLog.add(d)
+		return nil
+	}), runtime.Workers(2))
+	start(t, appB)
+
+	waitClosed(t, revoked, "A was never revoked a partition")
+	mu.Lock()
+	moved := partitionsOf(revokedEv, "in")
+	mu.Unlock()
+	require.Len(t, moved, 1, "cooperative-sticky moves exactly one partition: %v", revokedEv)
+	px, py := moved[0], 1-moved[0]
+
+	// A's drain timed out with (px,1) still running: A committed 1, and B took over from there.
+	c.WaitCommitted(t, "g", "in", map[int32]int64{px: 5, py: 1})
+	require.Equal(t, []int64{1, 2, 3, 4}, bLog.offsets(px), "B's handler calls on the moved partition")
+	require.Empty(t, bLog.offsets(py))
+	for _, cm := range c.CommitLog().Of("g", "in", px) {
+		if cm.Member == memberA {
+			require.Equal(t, int64(1), cm.Offset, "A commits 1 for the moved partition, and nothing else")
+		}
+	}
+
+	// B leaves: px comes back to A in a new generation while A's old handler for (px,1) still runs.
+	stop(t, appB)
+	waitClosed(t, reassigned, "partition %d never came back to A", px)
+	recs := c.ProduceValues(t, "in", px, fmt.Sprintf("p%d-5", px))
+	require.Equal(t, int64(5), recs[0].Offset)
+
+	// The old completion of (px,1) arrives now; then py's old record finishes too, so A's committer
+	// has run and franz-go's autocommit has sent py's progress: anything the old completion had
+	// marked for px would be in the log by then.
+	releaseOld[px].open()
+	waitClosed(t, returnedOld[px], "A's old handler for (%d,1) did not return", px)
+	releaseOld[py].open()
+	c.WaitCommitted(t, "g", "in", map[int32]int64{px: 5, py: 5})
+	waitClosed(t, startedNew, "A never handled (%d,5) in the new generation", px)
+	mu.Lock()
+	seq := reassignSeq
+	mu.Unlock()
+	for _, cm := range c.CommitLog().Of("g", "in", px) {
+		if cm.Seq >= seq {
+			require.Equal(t, int64(5), cm.Offset,
+				"before the new generation's (px,5) is released, every commit for px after the reassignment is 5 (seq %d, member %s)", cm.Seq, cm.Member)
+		}
+	}
+
+	releaseNew.open()
+	c.WaitCommitted(t, "g", "in", map[int32]int64{px: 6, py: 5})
+	var after []int64
+	for _, cm := range c.CommitLog().Of("g", "in", px) {
+		if cm.Seq >= seq {
+			require.Equal(t, memberA, cm.Member, "only A commits px after the reassignment")
+			after = append(after, cm.Offset)
+		}
+	}
+	require.NotEmpty(t, after)
+	for _, o := range after {
+		require.Contains(t, []int64{5, 6}, o, "commits for px after the reassignment: %v", after)
+	}
+	require.Equal(t, int64(6), after[len(after)-1])
+	requireNonDecreasing(t, c, "g", "in", 0, 1)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Error(t, oldCtxErr[px], "the old handler's ctx is cancelled once the drain bound passed")
+	require.NoError(t, oldCtxErr[py], "the kept partition's handler ctx is not cancelled")
+	require.NotEqual(t, oldGen[px], newGen, "old and new deliveries of px have different generations")
+	require.Equal(t, []int64{0, 1, 5}, aLog.offsets(px), "A's handler calls on px: 0,1 in the old generation, 5 in the new")
+	require.Equal(t, []int64{0, 1, 2, 3, 4}, aLog.offsets(py))
+}
+
+// waitClosed waits (10s) for ch to be closed.
+func waitClosed(t *testing.T, ch <-chan struct{}, msg string, args ...any) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf(msg, args...)
+	}
+}
+
+// A gate is a channel closed at most once, by open.
+type gate struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newGate() *gate { return &gate{ch: make(chan struct{})} }
+
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }

@@ -1,0 +1,130 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/runtime"
+)
+
+// Manual partitions have no group membership: they start from the named group's committed offsets
+// and commit into it with kadm (DESIGN §3.10).
+func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
+	for _, mode := range []runtime.CommitMode{runtime.Auto, runtime.Tracked} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 3))
+			c.ProduceValues(t, "in", 0, "a0", "a1", "a2")
+			c.ProduceValues(t, "in", 1, "b0", "b1")
+			c.ProduceValues(t, "in", 2, "c0") // not subscribed
+			sub := runtime.Partitions("in", 0, 1).Group("manual").Commit(mode)
+
+			var s seen
+			app := runtime.New(appOpts(c, runtime.DefaultGroup("unused"))...)
+			runtime.Handle(app, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+				s.add(string(d.Record().Value), d.Attempt())
+				require.Equal(t, "manual", d.Group())
+				return nil
+			}))
+			start(t, app)
+			eventually(t, func() bool { return s.len() == 5 }, "5 records not handled")
+			stop(t, app)
+			require.Equal(t, map[int32]int64{0: 3, 1: 2}, c.Committed(t, "manual", "in"))
+			got := s.values()
+			sort.Strings(got)
+			require.Equal(t, []string{"a0", "a1", "a2", "b0", "b1"}, got)
+
+			c.ProduceValues(t, "in", 1, "b2")
+			var s2 seen
+			app2 := runtime.New(appOpts(c)...)
+			runtime.Handle(app2, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+				s2.add(string(d.Record().Value), d.Attempt())
+				return nil
+			}))
+			start(t, app2)
+			eventually(t, func() bool { return s2.len() == 1 }, "the new record not handled")
+			stop(t, app2)
+			require.Equal(t, []string{"b2"}, s2.values(), "a restart resumes from the committed offsets")
+			require.Equal(t, map[int32]int64{0: 3, 1: 3}, c.Committed(t, "manual", "in"))
+		})
+	}
+}
+
+// A pattern subscription is ready once metadata has loaded even if nothing matches, and picks up a
+// matching topic created later (DESIGN §3.10).
+func TestPatternSubscriptionPicksUpNewTopics(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("other", 1))
+	var s seen
+	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Pattern("^ev-").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			s.add(d.Record().Topic+":"+string(d.Record().Value), d.Attempt())
+			return nil
+		}))
+	start(t, app) // returns although no topic matches yet
+	state, _ := app.State()
+	require.Equal(t, runtime.StateRunning, state)
+
+	c.CreateTopic(t, "ev-a", 1)
+	c.ProduceValues(t, "other", 0, "ignored")
+	c.ProduceValues(t, "ev-a", 0, "1", "2")
+	c.WaitCommitted(t, "g", "ev-a", map[int32]int64{0: 2})
+	require.Equal(t, []string{"ev-a:1", "ev-a:2"}, s.values())
+}
+
+// Two subscriptions of one App run side by side, each with its own group, client and mode.
+func TestTwoSubscriptionsRunSideBySide(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	for p := range int32(2) {
+		c.ProduceValues(t, "in", p, fmt.Sprint(p, "-0"), fmt.Sprint(p, "-1"))
+	}
+	var a, b seen
+	app := runtime.New(appOpts(c, runtime.InstanceID("pod-0"))...)
+	runtime.Handle(app, runtime.Topic("in").Group("ga").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error { a.add(string(d.Record().Value), 0); return nil }))
+	runtime.Handle(app, runtime.Topic("in").Group("gb"),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error { b.add(string(d.Record().Value), 0); return nil }))
+	start(t, app)
+	want := map[int32]int64{0: 2, 1: 2}
+	c.WaitCommitted(t, "ga", "in", want)
+	c.WaitCommitted(t, "gb", "in", want)
+	require.Equal(t, 4, a.len())
+	require.Equal(t, 4, b.len())
+	for _, cm := range c.CommitLog().All() {
+		require.Contains(t, []string{"pod-0-0", "pod-0-1"}, cm.InstanceID, "static member ids per subscription")
+	}
+}
+
+// Run returns nil after its ctx ends, once everything has stopped, and the App reports Stopped.
+func TestRunStopsCleanlyWhenItsContextEnds(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	handled := make(chan struct{})
+	runtime.Handle(app, runtime.Topic("in").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { close(handled); return nil }))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- app.Run(ctx) }()
+	select {
+	case <-handled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("record not handled")
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	state, reason := app.State()
+	require.Equal(t, runtime.StateStopped, state)
+	require.NoError(t, reason)
+	require.Equal(t, map[int32]int64{0: 1}, c.Committed(t, "g", "in"))
+	<-app.Done()
+}
