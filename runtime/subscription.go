@@ -87,7 +87,8 @@ func Topics(names ...string) Subscription {
 }
 
 // Pattern subscribes to every topic whose name matches regex (Go RE2 syntax, anchored: it must start
-// with "^"). Topics created later join when metadata refreshes. Start returns once metadata has
+// with "^"). Topics created later join when the client next refreshes metadata, every
+// kgo.MetadataMaxAge (franz-go's default 5m; set it with Config). Start returns once metadata has
 // loaded, even if nothing matches yet.
 func Pattern(regex string) Subscription { return Subscription{kind: subPattern, pattern: regex} }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Manual partitions have no group membership: they start from the named group's committed offsets
@@ -60,7 +61,9 @@ func TestPatternSubscriptionPicksUpNewTopics(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("other", 1))
 	var s seen
 	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
-	runtime.Handle(app, runtime.Pattern("^ev-").Commit(runtime.Tracked),
+	// New topics are found when metadata refreshes: every MetadataMaxAge (franz-go's default 5m).
+	sub := runtime.Pattern("^ev-").Commit(runtime.Tracked).Config(kgo.MetadataMaxAge(100 * time.Millisecond))
+	runtime.Handle(app, sub,
 		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
 			s.add(d.Record().Topic+":"+string(d.Record().Value), d.Attempt())
 			return nil
