@@ -37,7 +37,7 @@ func (c *consumer) handle(it *item) {
 	}
 	ev.Attempt = retry.Count(it.rec) + it.inPlace + 1
 	start := time.Now()
-	err, perr := c.invoke(ps.ctx, it, ev.Attempt)
+	perr, err := c.invoke(ps.ctx, it, ev.Attempt)
 	ev.Duration = time.Since(start)
 	if perr != nil {
 		c.log.Error("tidemark: handler panicked", c.recAttrs(it, ev.Attempt, "panic", fmt.Sprint(perr.Value), "stack", string(perr.Stack))...)
@@ -94,14 +94,14 @@ func (c *consumer) settle(it *item, ev SettledEvent) {
 }
 
 // invoke calls the handler, recovering a panic into a *PanicError.
-func (c *consumer) invoke(ctx context.Context, it *item, attempt int) (err error, perr *PanicError) {
+func (c *consumer) invoke(ctx context.Context, it *item, attempt int) (perr *PanicError, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			perr = &PanicError{Value: v, Stack: debug.Stack(), Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
 		}
 	}()
 	d := &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
-	return c.h.HandleDelivery(ctx, d), nil
+	return nil, c.h.HandleDelivery(ctx, d)
 }
 
 // markTaken marks an Auto record for franz-go's autocommit, unless its partition is no longer
