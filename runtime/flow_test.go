@@ -1,0 +1,89 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/runtime"
+)
+
+// MaxInFlight bounds what a whole subscription holds: at the bound every partition is paused, and
+// one poll can pass it by at most MaxPollRecords (DESIGN §3.6).
+func TestMaxInFlightPausesEveryPartition(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	for p := range int32(2) {
+		vals := make([]string, 30)
+		for i := range vals {
+			vals[i] = fmt.Sprint(p, "-", i)
+		}
+		c.ProduceValues(t, "in", p, vals...)
+	}
+	release := make(chan struct{})
+	var s seen
+	obs := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs), runtime.MaxPollRecords(5))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			s.add(string(d.Record().Value), d.Attempt())
+			return nil
+		}), runtime.MaxInFlight(10))
+	start(t, app)
+	eventually(t, func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		paused := map[int32]bool{}
+		for _, e := range obs.paused {
+			paused[e.Partition] = e.Paused
+		}
+		return paused[0] && paused[1]
+	}, "both partitions should be paused")
+	obs.mu.Lock()
+	latest := map[int32]int{}
+	for _, e := range obs.delivered { // nothing settles while the handler blocks
+		latest[e.Partition] = e.InFlight
+		require.LessOrEqual(t, latest[0]+latest[1], 10+5, "held more than MaxInFlight plus one poll")
+	}
+	obs.mu.Unlock()
+	close(release)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 30, 1: 30})
+	require.Equal(t, 60, s.len())
+}
+
+// Shutdown drains running handlers within its ctx; only past that bound is a handler's ctx
+// cancelled, and the unfinished record is not committed (DESIGN §3.7).
+func TestShutdownCancelsHandlersOnlyPastItsBound(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "fast", "stuck")
+	running := make(chan struct{})
+	cause := make(chan error, 1)
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if string(d.Record().Value) == "fast" {
+				return nil
+			}
+			close(running)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return ctx.Err()
+		}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(ctx))
+	<-running
+	sctx, scancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer scancel()
+	err := app.Shutdown(sctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the drain bound passed")
+	require.ErrorContains(t, <-cause, "shutdown bound passed")
+	require.Equal(t, map[int32]int64{0: 1}, c.Committed(t, "g", "in"), "the stuck record stays uncommitted")
+}
