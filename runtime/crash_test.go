@@ -1,0 +1,129 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A SIGKILLed Tracked consumer loses nothing: it had committed exactly the lowest offset still
+// in flight (5, while 6..19 had finished), and the restarted instance (same InstanceID) resumes
+// at that commit, handling 5..19 again, so every record without a return before the kill returns
+// after it; a crash only duplicates work (DESIGN §3.1, §3.7, §5).
+func TestCrashTrackedResumesAtLowestInFlight(t *testing.T) {
+	if env, ok := kfaketest.Child(); ok {
+		runCrashChild(t, env)
+		return
+	}
+	const n = 20
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "in", Key: fmt.Appendf(nil, "k%02d", i), Value: fmt.Appendf(nil, "v%02d", i)}
+	}
+	c.ProduceTo(t, 0, recs...)
+	for i, r := range recs {
+		require.Equal(t, int64(i), r.Offset)
+	}
+
+	p := c.Spawn(t, nil)
+	// Run 1: offset 5 blocks forever, the 19 others return.
+	p.WaitEvents(t, func(evs []kfaketest.Event) bool { return len(returnsOf(evs, 1)) == n-1 })
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 5})
+	p.Kill(t)
+	before := c.CommitLog().Of("g", "in", 0) // every commit of run 1: it is dead
+	require.NotEmpty(t, before)
+	lastBefore := before[len(before)-1].Offset
+	require.Equal(t, int64(5), lastBefore, "last commit before the kill: %v", offsetsOf(before))
+	for _, cm := range before {
+		require.Equal(t, p.InstanceID()+"-0", cm.InstanceID, "commits come from the static member")
+	}
+
+	// Run 2: nothing blocks.
+	p.Restart(t)
+	p.WaitEvents(t, func(evs []kfaketest.Event) bool { return slices.Contains(returnsOf(evs, 2), 5) })
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: n})
+	p.Kill(t)
+
+	evs := p.Events()
+	var want1, want2 []int64
+	for i := range int64(n) {
+		want1 = append(want1, i)
+		if i >= lastBefore {
+			want2 = append(want2, i)
+		}
+	}
+	require.Equal(t, want1, sortedOffsets(startsOf(evs, 1)), "run 1 starts every record once")
+	require.Equal(t, slices.DeleteFunc(slices.Clone(want1), func(o int64) bool { return o == 5 }), sortedOffsets(returnsOf(evs, 1)),
+		"run 1 returns every record but 5")
+	starts2 := startsOf(evs, 2)
+	require.Equal(t, want2, sortedOffsets(starts2), "run 2 starts exactly at the commit (5) and handles 5..19 once each")
+	require.Equal(t, want2, sortedOffsets(returnsOf(evs, 2)), "run 2 returns 5..19")
+	require.Equal(t, lastBefore, slices.Min(starts2), "run 2's first delivery is the last commit before the kill")
+	for _, e := range evs {
+		if e.Kind == kfaketest.EventStart {
+			require.Equal(t, 1, e.Attempt, "no record is retried: %+v", e)
+		}
+	}
+
+	// Nothing lost: every offset without a return in run 1 has one in run 2.
+	ret1, ret2 := returnsOf(evs, 1), returnsOf(evs, 2)
+	for i := range int64(n) {
+		if !slices.Contains(ret1, i) {
+			require.Contains(t, ret2, i, "offset %d returned in neither run", i)
+		}
+	}
+	requireNonDecreasing(t, c, "g", "in", 0)
+	require.Equal(t, map[int32]int64{0: n}, c.Committed(t, "g", "in"))
+}
+
+// runCrashChild is the child of TestCrashTrackedResumesAtLowestInFlight: a Tracked App with four
+// ByKey lanes whose handler logs each record's start and return; in run 1 offset 5 never returns.
+// It never returns itself: the parent kills it.
+func runCrashChild(t *testing.T, env kfaketest.ChildEnv) {
+	app := runtime.New(
+		runtime.Brokers(env.Brokers...), // required even when ClientOpts has seeds (DESIGN §3.10)
+		runtime.ClientOpts(kfaketest.FastOpts()...),
+		runtime.InstanceID(env.InstanceID),
+		runtime.Logger(testLogger()),
+	)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			r := d.Record()
+			env.Log.Start(r.Topic, r.Partition, r.Offset, d.Attempt())
+			if env.Run == 1 && r.Offset == 5 {
+				select {} // blocks until the SIGKILL
+			}
+			env.Log.Return(r.Topic, r.Partition, r.Offset, "ack")
+			return nil
+		}), runtime.Workers(4), runtime.ByKey)
+	err := app.Run(context.Background())
+	// Run never returns on its own here; if it does, the parent sees the child exit.
+	t.Fatalf("child run %d: Run returned: %v", env.Run, err)
+}
+
+func startsOf(evs []kfaketest.Event, run int) []int64 {
+	return offsetsOfKind(evs, run, kfaketest.EventStart)
+}
+
+func returnsOf(evs []kfaketest.Event, run int) []int64 {
+	return offsetsOfKind(evs, run, kfaketest.EventReturn)
+}
+
+func offsetsOfKind(evs []kfaketest.Event, run int, kind string) []int64 {
+	var out []int64
+	for _, e := range evs {
+		if e.Run == run && e.Kind == kind {
+			out = append(out, e.Offset)
+		}
+	}
+	return out
+}
+
+func sortedOffsets(s []int64) []int64 { return slices.Sorted(slices.Values(s)) }
