@@ -17,7 +17,8 @@ type Observer interface {
 	Paused(PausedEvent)
 	// Committed: a committed offset the cluster acknowledged.
 	Committed(CommittedEvent)
-	// Rebalanced: partitions were assigned, revoked or lost.
+	// Rebalanced: partitions were assigned, revoked or lost. For revoked and lost partitions it is
+	// sent once their dispatching has stopped: no record of theirs starts in a handler afterwards.
 	Rebalanced(RebalancedEvent)
 }
 

@@ -34,8 +34,8 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	if len(revoked) == 0 {
 		return // cooperative groups call it with nothing at the end of every session
 	}
-	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "revoked", Partitions: revoked})
 	pss := c.d.detach(revoked)
+	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "revoked", Partitions: revoked})
 	if len(pss) == 0 {
 		return
 	}
@@ -81,7 +81,6 @@ func (c *consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 	if len(lost) == 0 {
 		return
 	}
-	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "lost", Partitions: lost})
 	c.log.Warn("tidemark: partitions lost; in-flight work will not be committed here", "partitions", lost)
 	c.markMu.Lock()
 	pss := c.d.detach(lost)
@@ -91,6 +90,7 @@ func (c *consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 		}
 	}
 	c.markMu.Unlock()
+	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "lost", Partitions: lost})
 	for _, ps := range pss {
 		ps.cancel(errLost)
 	}
