@@ -39,6 +39,7 @@ type App struct {
 	state       State
 	reason      error
 	consumers   []*consumer
+	prod        producer
 	supervising bool
 
 	fatalOnce sync.Once
@@ -63,7 +64,7 @@ func New(opts ...Option) *App {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &App{
+	a := &App{
 		cfg:      cfg,
 		log:      log,
 		fatal:    make(chan struct{}),
@@ -71,6 +72,8 @@ func New(opts ...Option) *App {
 		stopped:  make(chan struct{}),
 		supDone:  make(chan struct{}),
 	}
+	a.prod.app = a
+	return a
 }
 
 // State returns the App's lifecycle state and, for StateFailed, the reason.
@@ -97,13 +100,13 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // creates one client per subscription, and returns once every group subscription has joined its
 // group and received its first assignment (possibly empty), manual subscriptions have read their
 // committed offsets, and pattern subscriptions have loaded metadata. ctx bounds start-up only (60s
-// when it has no deadline); on failure everything started is stopped. Start returns ErrClosed when
+// when it has no deadline); on failure everything started is stopped. Start returns ErrStarted when
 // called twice (DESIGN §3.10).
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
 	if a.state != StateNew {
 		a.mu.Unlock()
-		return ErrClosed
+		return ErrStarted
 	}
 	a.state = StateStarting
 	regs := a.regs

@@ -85,7 +85,7 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 			state, reason := app.State()
 			require.Equal(t, runtime.StateFailed, state)
 			require.Equal(t, err, reason)
-			require.ErrorIs(t, app.Start(ctx), runtime.ErrClosed, "an App starts once")
+			require.ErrorIs(t, app.Start(ctx), runtime.ErrStarted, "an App starts once")
 			require.NoError(t, app.Shutdown(ctx))
 		})
 	}

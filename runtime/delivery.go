@@ -1,6 +1,10 @@
 package runtime
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // A Delivery is one record handed to a Handler, with what the runtime knows about it. It is valid
 // for the duration of the handler call; the *kgo.Record it carries may be kept.
@@ -9,6 +13,7 @@ type Delivery struct {
 	group      string
 	generation uint64
 	attempt    int
+	reply      func(ctx context.Context, value []byte) error // set when the registration has Reply
 }
 
 // Record returns the Kafka record: topic, partition, offset, key, value, headers, leader epoch.

@@ -16,8 +16,11 @@ var (
 	// log line and an Observer event and never stalls its partition (DESIGN §3.8).
 	ErrDecode = errors.New("tidemark: record could not be decoded")
 
-	// ErrClosed is returned by Start on an App that was already started or stopped.
-	ErrClosed = errors.New("tidemark: app already started or stopped")
+	// ErrClosed is returned by Publish once Shutdown has flushed and closed the App's producer.
+	ErrClosed = errors.New("tidemark: app closed")
+
+	// ErrStarted is returned by Start on an App that was already started (an App starts once).
+	ErrStarted = errors.New("tidemark: app already started")
 
 	// ErrTrackerFull is a fatal internal error: a partition held more records than its tracker
 	// ring covers (MaxInFlightPerPartition + MaxPollRecords). It means pausing failed.

@@ -20,6 +20,7 @@ type handleConfig struct {
 	maxInFlightPerPart int
 	backoff            retry.Backoff
 	panicPolicy        PanicPolicy
+	replyTopic         string
 }
 
 func defaultHandleConfig() handleConfig {
@@ -113,4 +114,9 @@ const (
 // OnPanic sets the PanicPolicy, overriding PanicFail.
 func OnPanic(p PanicPolicy) HandleOption {
 	return handleOption(func(c *handleConfig) { c.panicPolicy = p })
+}
+
+// Reply names the topic a JSONReply handler publishes its results to (DESIGN §3.9).
+func Reply(topic string) HandleOption {
+	return handleOption(func(c *handleConfig) { c.replyTopic = topic })
 }

@@ -33,3 +33,36 @@ func JSON[T any](fn func(ctx context.Context, v T) error) Handler {
 		return fn(ctx, v)
 	})
 }
+
+// JSONReply adapts a function that returns a result to a Handler whose result is published, as
+// JSON, to the registration's Reply topic with the input record's key, and acknowledged by the
+// brokers, before the input is settled (DESIGN §3.9). A value that does not decode is dropped
+// (ErrDecode); a result that does not encode is dropped too. A reply that fails to publish retries
+// the input: in place in the Tracked mode; under Auto the retry is refused, so that reply is lost
+// (logged, ErrRetryUnsupported). Start fails with a *ConfigError naming JSONReply when the
+// registration has no Reply.
+func JSONReply[T, R any](fn func(ctx context.Context, v T) (R, error)) Handler {
+	return replyHandler(func(ctx context.Context, d *Delivery) error {
+		var v T
+		if err := json.Unmarshal(d.Record().Value, &v); err != nil {
+			return Drop(fmt.Errorf("%w: %w", ErrDecode, err))
+		}
+		r, err := fn(ctx, v)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return Drop(fmt.Errorf("tidemark: encode reply: %w", err))
+		}
+		if err := d.reply(ctx, b); err != nil {
+			return Retry(fmt.Errorf("tidemark: reply: %w", err))
+		}
+		return nil
+	})
+}
+
+// replyHandler marks a Handler that publishes a reply, so Start can insist on Reply(topic).
+type replyHandler func(ctx context.Context, d *Delivery) error
+
+func (f replyHandler) HandleDelivery(ctx context.Context, d *Delivery) error { return f(ctx, d) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/retry"
 	"github.com/tidemark-io/tidemark/tracker"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // lane is one worker goroutine: it takes ready records from the dispatcher, runs the handler and
@@ -101,6 +102,11 @@ func (c *consumer) invoke(ctx context.Context, it *item, attempt int) (perr *Pan
 		}
 	}()
 	d := &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
+	if topic := c.cfg.replyTopic; topic != "" {
+		d.reply = func(ctx context.Context, v []byte) error {
+			return c.app.Publish(ctx, &kgo.Record{Topic: topic, Key: it.rec.Key, Value: v})
+		}
+	}
 	return nil, c.h.HandleDelivery(ctx, d)
 }
 

@@ -24,6 +24,9 @@ type appConfig struct {
 	revokeDrainTimeout time.Duration
 	instanceID         string
 	maxPollRecords     int
+	producerOpts       []kgo.Opt
+	queueTimeout       time.Duration
+	flushTimeout       time.Duration
 }
 
 func defaultAppConfig() appConfig {
@@ -31,6 +34,7 @@ func defaultAppConfig() appConfig {
 		shutdownTimeout:    30 * time.Second,
 		revokeDrainTimeout: 5 * time.Second,
 		maxPollRecords:     500,
+		flushTimeout:       30 * time.Second,
 		observer:           NopObserver{},
 	}
 }
@@ -94,4 +98,26 @@ func InstanceID(id string) Option {
 // (DESIGN §3.6).
 func MaxPollRecords(n int) Option {
 	return appOption(func(c *appConfig) { c.maxPollRecords = n })
+}
+
+// ProducerOpts adds franz-go options for the App's producer only (linger, batch size,
+// MaxBufferedRecords, compression), after the connection settings it shares with the consumers
+// through ClientOpts. Idempotence and acks=all stay on (DESIGN §3.9).
+func ProducerOpts(opts ...kgo.Opt) Option {
+	return appOption(func(c *appConfig) { c.producerOpts = append(c.producerOpts, opts...) })
+}
+
+// QueueTimeout bounds how long Publish waits for buffer space (franz-go's MaxBufferedRecords,
+// default 50,000 records) before it fails with ErrQueueFull. The default, 0, waits as long as the
+// publish's ctx allows. It bounds only that wait: a record already buffered or sent is not
+// cancelled by it, and with the idempotent producer a sent request is never cancelled (DESIGN §3.9).
+func QueueTimeout(d time.Duration) Option {
+	return appOption(func(c *appConfig) { c.queueTimeout = d })
+}
+
+// FlushTimeout bounds how long Shutdown waits for produced records (replies, publishes) to reach
+// the brokers, overriding the default 30s. Records still unconfirmed then are counted by
+// App.Unflushed, and Shutdown returns an error wrapping ErrUnflushed (DESIGN §3.7).
+func FlushTimeout(d time.Duration) Option {
+	return appOption(func(c *appConfig) { c.flushTimeout = d })
 }

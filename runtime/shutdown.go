@@ -80,7 +80,8 @@ func (a *App) stopAll(ctx context.Context) error {
 			break
 		}
 	}
-	// 3. flush the producer: nothing to flush until the producer exists.
+	// 3. flush the producer (FlushTimeout): replies and publishes are acknowledged first
+	flushErr := a.prod.close()
 	// 4. final marks and commit, with their own bound
 	var errs []error
 	for _, c := range cs {
@@ -99,7 +100,7 @@ func (a *App) stopAll(ctx context.Context) error {
 		c.wg.Wait()
 		c.cutWork(errShutdownBound)
 	}
-	return errors.Join(append([]error{drainErr}, errs...)...)
+	return errors.Join(append([]error{drainErr, flushErr}, errs...)...)
 }
 
 func (c *consumer) stopPolling() {

@@ -43,6 +43,13 @@ func validate(cfg appConfig, regs []registration) error {
 		if r.handler == nil {
 			add(name+": Handle", "nil handler")
 		}
+		_, replies := r.handler.(replyHandler)
+		if replies && r.cfg.replyTopic == "" {
+			add(name+": JSONReply", "needs Reply(topic) to name where results go")
+		}
+		if !replies && r.cfg.replyTopic != "" {
+			add(name+": Reply", "the handler publishes no reply: use JSONReply")
+		}
 		if r.cfg.workers < 1 {
 			add(name+": Workers", "need at least 1 lane, got %d", r.cfg.workers)
 		}

@@ -1,0 +1,180 @@
+package runtime_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// consumeAndAck registers an acking Tracked handler on "in", so the App can start.
+func consumeAndAck(app *runtime.App) {
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), ack)
+}
+
+// Publish waits for the brokers' acknowledgement; key, value and headers round-trip byte for byte
+// (DESIGN §3.9).
+func TestPublishRoundTripsKeyValueAndHeaders(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c)...)
+	consumeAndAck(app)
+	start(t, app)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec := &kgo.Record{Topic: "out", Key: []byte{0, 1, 0xFF}, Value: []byte("v\x00alue"),
+		Headers: []kgo.RecordHeader{{Key: "h1", Value: []byte{0xFE}}, {Key: "h1", Value: nil}, {Key: "", Value: []byte("x")}}}
+	require.NoError(t, app.Publish(ctx, rec))
+	require.NoError(t, runtime.PublishJSON(ctx, app, "out", []byte("k"), map[string]int{"n": 1}))
+	got := c.ReadAll(t, "out", true)
+	require.Len(t, got, 2)
+	require.Equal(t, rec.Key, got[0].Key)
+	require.Equal(t, rec.Value, got[0].Value)
+	require.Len(t, got[0].Headers, 3)
+	for i, h := range rec.Headers {
+		require.Equal(t, h.Key, got[0].Headers[i].Key)
+		require.Equal(t, len(h.Value), len(got[0].Headers[i].Value))
+		require.Equal(t, string(h.Value), string(got[0].Headers[i].Value))
+	}
+	require.Equal(t, []byte("k"), got[1].Key)
+	require.Equal(t, `{"n":1}`, string(got[1].Value))
+}
+
+// QueueTimeout bounds the wait for buffer space: with the buffer full and the cluster holding
+// produce requests, Publish fails with ErrQueueFull (DESIGN §3.9).
+func TestPublishFailsWithErrQueueFullPastQueueTimeout(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c, runtime.QueueTimeout(100*time.Millisecond),
+		runtime.ProducerOpts(kgo.MaxBufferedRecords(2)))...)
+	consumeAndAck(app)
+	start(t, app)
+	release := c.HoldProduce()
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Three publishes, room for two: the two that get in are held by the cluster, so the third
+	// waits QueueTimeout for space and gives up.
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for range 3 {
+		wg.Go(func() { errs <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("v")}) })
+	}
+	require.ErrorIs(t, <-errs, runtime.ErrQueueFull)
+	require.Equal(t, int64(2), app.Pending())
+	release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, c.ReadAll(t, "out", true), 2)
+}
+
+// Shutdown flushes within FlushTimeout; what the brokers did not confirm is counted and reported
+// with ErrUnflushed, and publishes after Shutdown fail with ErrClosed (DESIGN §3.7, §3.9).
+func TestShutdownReportsUnflushedRecordsAndRefusesLaterPublishes(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c, runtime.FlushTimeout(200*time.Millisecond))...)
+	consumeAndAck(app)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(ctx))
+	release := c.HoldProduce()
+	defer release()
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	for range 5 {
+		wg.Go(func() { errs <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("stuck")}) })
+	}
+	require.Eventually(t, func() bool { return app.Pending() == 5 }, 10*time.Second, time.Millisecond)
+	err := app.Shutdown(ctx)
+	require.ErrorIs(t, err, runtime.ErrUnflushed)
+	require.Equal(t, int64(5), app.Unflushed())
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.ErrorIs(t, err, runtime.ErrUnflushed, "a publisher learns its record did not get out")
+	}
+	require.ErrorIs(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("late")}), runtime.ErrClosed)
+}
+
+type order struct {
+	ID string `json:"id"`
+}
+
+type receipt struct {
+	OrderID string `json:"order_id"`
+}
+
+// A reply is published with the input's key and acknowledged before the input is settled; a reply
+// the topic rejects retries the input, and exactly one reply remains (DESIGN §3.9, Tracked).
+func TestReplyFailureRetriesTheInput(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("done", 1))
+	c.Produce(t, &kgo.Record{Topic: "in", Key: []byte("key-1"), Value: []byte(`{"id":"o1"}`)})
+	fault := c.FailProduce("done", 1, kerr.InvalidRecord)
+	var calls atomic.Int32
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.JSONReply(func(_ context.Context, o order) (receipt, error) {
+			calls.Add(1)
+			return receipt{OrderID: o.ID}, nil
+		}), runtime.Reply("done"), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+	stop(t, app)
+	require.Equal(t, 1, fault.Hits())
+	require.Equal(t, int32(2), calls.Load(), "the input was handled again after its reply failed")
+	replies := c.ReadAll(t, "done", true)
+	require.Len(t, replies, 1)
+	require.Equal(t, "key-1", string(replies[0].Key))
+	require.Equal(t, `{"order_id":"o1"}`, string(replies[0].Value))
+}
+
+// JSONReply needs Reply, and Reply needs JSONReply (DESIGN §3.10).
+func TestReplyConfigurationErrors(t *testing.T) {
+	reply := runtime.JSONReply(func(context.Context, order) (receipt, error) { return receipt{}, nil })
+	for _, tc := range []struct {
+		name   string
+		h      runtime.Handler
+		opts   []runtime.HandleOption
+		option string
+	}{
+		{"JSONReply without Reply", reply, nil, `Topic("in"): JSONReply`},
+		{"Reply without JSONReply", ack, []runtime.HandleOption{runtime.Reply("done")}, `Topic("in"): Reply`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := runtime.New(runtime.Brokers("127.0.0.1:1"), runtime.DefaultGroup("g"), runtime.Logger(testLogger()))
+			runtime.Handle(app, runtime.Topic("in"), tc.h, tc.opts...)
+			err := app.Start(context.Background())
+			var ce *runtime.ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, tc.option, ce.Option)
+		})
+	}
+}
+
+// A consume-only App opens no producer connection (DESIGN §3.9).
+func TestConsumeOnlyAppOpensNoProducerConnection(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a", "b")
+	var dials atomic.Int32
+	d := &net.Dialer{}
+	app := runtime.New(appOpts(c, runtime.ProducerOpts(
+		kgo.ClientID("tidemark-producer"),
+		kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, host)
+		})))...)
+	consumeAndAck(app)
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+	stop(t, app)
+	require.Equal(t, int32(0), dials.Load())
+}
