@@ -11,4 +11,9 @@
 //
 // A retry copy carries the header [CountHeader] (ASCII decimal); the original record has none. A
 // missing or malformed header reads as 0 ([Count]).
+//
+// # Copies
+//
+// [Copy] makes a retry copy: key, value and user headers kept (each once), count + 1, the origin
+// headers naming the first original, the group that made it and its not-before time (unix ms).
 package retry

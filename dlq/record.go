@@ -1,0 +1,50 @@
+package dlq
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/tidemark-io/tidemark/retry"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Header keys of dead-letter records (DESIGN §3.3). Numbers are ASCII decimal; the timestamp is
+// unix milliseconds.
+const (
+	TopicHeader     = "x-tidemark-dlq-topic"
+	PartitionHeader = "x-tidemark-dlq-partition"
+	OffsetHeader    = "x-tidemark-dlq-offset"
+	TimestampHeader = "x-tidemark-dlq-timestamp"
+	GroupHeader     = "x-tidemark-dlq-group"
+	ErrorHeader     = "x-tidemark-dlq-error"
+	AttemptsHeader  = "x-tidemark-dlq-attempts"
+)
+
+// MaxErrorBytes bounds ErrorHeader's value: longer error texts are truncated to it.
+const MaxErrorBytes = 1024
+
+// Record returns the dead-letter record of r for topic: a retry copy of r (retry.Copy with no
+// group and no delay, so any group may consume it) plus the provenance headers, naming group, the handler's error cause (nil allowed) and
+// how many deliveries r had (attempts). Partition is left for the producer's partitioner.
+func Record(r *kgo.Record, topic, group string, attempts int, cause error) *kgo.Record {
+	o := retry.OriginOf(r)
+	d := retry.Copy(r, "", time.Time{})
+	d.Topic = topic
+	msg := ""
+	if cause != nil {
+		msg = cause.Error()
+	}
+	if len(msg) > MaxErrorBytes {
+		msg = msg[:MaxErrorBytes]
+	}
+	d.Headers = append(d.Headers,
+		kgo.RecordHeader{Key: TopicHeader, Value: []byte(o.Topic)},
+		kgo.RecordHeader{Key: PartitionHeader, Value: strconv.AppendInt(nil, int64(o.Partition), 10)},
+		kgo.RecordHeader{Key: OffsetHeader, Value: strconv.AppendInt(nil, o.Offset, 10)},
+		kgo.RecordHeader{Key: TimestampHeader, Value: strconv.AppendInt(nil, o.Timestamp.UnixMilli(), 10)},
+		kgo.RecordHeader{Key: GroupHeader, Value: []byte(group)},
+		kgo.RecordHeader{Key: ErrorHeader, Value: []byte(msg)},
+		kgo.RecordHeader{Key: AttemptsHeader, Value: strconv.AppendInt(nil, int64(attempts), 10)},
+	)
+	return d
+}

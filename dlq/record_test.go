@@ -1,0 +1,53 @@
+package dlq
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/retry"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func values(r *kgo.Record, key string) []string {
+	var out []string
+	for _, h := range r.Headers {
+		if h.Key == key {
+			out = append(out, string(h.Value))
+		}
+	}
+	return out
+}
+
+// A dead-letter record of a spent copy names the ORIGINAL record, keeps the bytes, and carries no
+// retry group, so any group may consume the dead-letter topic (DESIGN §3.3).
+func TestRecordNamesTheOriginalOfASpentCopy(t *testing.T) {
+	orig := &kgo.Record{Topic: "payouts", Partition: 1, Offset: 7, Timestamp: time.UnixMilli(1000), Key: []byte("k"), Value: []byte{0xFF, 0xFE, 0x00}}
+	c1 := retry.Copy(orig, "g", time.UnixMilli(2000))
+	c1.Topic, c1.Partition, c1.Offset = "payouts", 1, 9
+	c2 := retry.Copy(c1, "g", time.UnixMilli(3000))
+	c2.Topic, c2.Partition, c2.Offset = "payouts", 1, 12
+
+	d := Record(c2, "payouts.dlq", "g", 3, errors.New("bank down"))
+	require.Equal(t, "payouts.dlq", d.Topic)
+	require.Equal(t, orig.Key, d.Key)
+	require.Equal(t, orig.Value, d.Value)
+	want := map[string][]string{
+		TopicHeader: {"payouts"}, PartitionHeader: {"1"}, OffsetHeader: {"7"}, TimestampHeader: {"1000"},
+		GroupHeader: {"g"}, ErrorHeader: {"bank down"}, AttemptsHeader: {"3"},
+		retry.CountHeader: {"3"}, retry.GroupHeader: nil, retry.NotBeforeHeader: nil,
+	}
+	for k, v := range want {
+		require.Equal(t, v, values(d, k), k)
+	}
+}
+
+// The error text is truncated to 1 KiB; a nil cause leaves it empty.
+func TestRecordTruncatesTheErrorText(t *testing.T) {
+	r := &kgo.Record{Topic: "t"}
+	long := errors.New(strings.Repeat("x", 5000))
+	require.Equal(t, []string{strings.Repeat("x", MaxErrorBytes)}, values(Record(r, "dlq", "g", 1, long), ErrorHeader))
+	require.Equal(t, []string{""}, values(Record(r, "dlq", "g", 1, nil), ErrorHeader))
+}

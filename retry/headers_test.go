@@ -1,0 +1,63 @@
+package retry
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func headerValues(r *kgo.Record, key string) []string {
+	var out []string
+	for _, h := range r.Headers {
+		if h.Key == key {
+			out = append(out, string(h.Value))
+		}
+	}
+	return out
+}
+
+// A copy of a copy carries one retry count and keeps the origin of the first original; user headers
+// appear once however many hops (DESIGN §3.3).
+func TestCopyOfACopyKeepsOneCountAndTheFirstOrigin(t *testing.T) {
+	ts := time.UnixMilli(1_700_000_000_123)
+	orig := &kgo.Record{Topic: "payouts", Partition: 2, Offset: 41, Timestamp: ts, Key: []byte("k"), Value: []byte{0xFF, 0xFE, 0x00},
+		Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("abc")}}}
+	due := time.UnixMilli(1_800_000_000_000)
+	c1 := Copy(orig, "g", due)
+	c1.Topic, c1.Partition, c1.Offset, c1.Timestamp = "payouts", 2, 57, time.UnixMilli(1_700_000_009_000)
+	c2 := Copy(c1, "g", time.Time{})
+
+	require.Equal(t, orig.Key, c2.Key)
+	require.Equal(t, orig.Value, c2.Value)
+	require.Equal(t, []string{"abc"}, headerValues(c2, "trace"))
+	require.Equal(t, []string{"1"}, headerValues(c1, CountHeader))
+	require.Equal(t, []string{"2"}, headerValues(c2, CountHeader))
+	require.Equal(t, []string{"1800000000000"}, headerValues(c1, NotBeforeHeader))
+	require.Empty(t, headerValues(c2, NotBeforeHeader))
+	require.Equal(t, []string{"g"}, headerValues(c2, GroupHeader))
+	for _, c := range []*kgo.Record{c1, c2} {
+		require.Equal(t, []string{"payouts"}, headerValues(c, OriginTopicHeader))
+		require.Equal(t, []string{"2"}, headerValues(c, OriginPartitionHeader))
+		require.Equal(t, []string{"41"}, headerValues(c, OriginOffsetHeader))
+		require.Equal(t, []string{"1700000000123"}, headerValues(c, OriginTimestampHeader))
+	}
+	require.Equal(t, Origin{Topic: "payouts", Partition: 2, Offset: 41, Timestamp: ts}, OriginOf(c2))
+	require.Equal(t, 2, Count(c2))
+	nb, ok := NotBefore(c1)
+	require.True(t, ok)
+	require.Equal(t, due, nb)
+	_, ok = NotBefore(orig)
+	require.False(t, ok)
+	require.Equal(t, "g", GroupOf(c1))
+	require.Equal(t, "", GroupOf(orig))
+	require.Len(t, orig.Headers, 1, "the original is not changed")
+}
+
+// An original is its own origin; partial or malformed origin headers read as the record itself.
+func TestOriginOfAnOriginalIsItself(t *testing.T) {
+	r := &kgo.Record{Topic: "t", Partition: 1, Offset: 9, Timestamp: time.UnixMilli(5),
+		Headers: []kgo.RecordHeader{{Key: OriginTopicHeader, Value: []byte("x")}, {Key: OriginOffsetHeader, Value: []byte("nope")}}}
+	require.Equal(t, Origin{Topic: "t", Partition: 1, Offset: 9, Timestamp: time.UnixMilli(5)}, OriginOf(r))
+}
