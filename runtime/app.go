@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // State is an App's lifecycle state, reported by App.State.
@@ -136,6 +138,10 @@ func (a *App) Start(ctx context.Context) error {
 		a.consumers = append(a.consumers, c)
 		a.mu.Unlock()
 	}
+	if err := a.checkTopics(ctx); err != nil {
+		a.abortStart(err)
+		return err
+	}
 	for _, c := range a.consumers {
 		if err := c.start(ctx, base); err != nil {
 			a.abortStart(err)
@@ -236,4 +242,37 @@ func (c *consumer) waitReady(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("no assignment from group %q: %w", c.group, context.Cause(ctx))
 	}
+}
+
+// checkTopics fails Start when a RetryTo or DeadLetter topic does not exist (DESIGN §3.3), naming
+// the option and the topic.
+func (a *App) checkTopics(ctx context.Context) error {
+	type use struct{ option, topic string }
+	var uses []use
+	for _, c := range a.consumers {
+		if t := c.cfg.retryTo; t != "" {
+			uses = append(uses, use{c.sub.String() + ": RetryTo", t})
+		}
+		if t := c.cfg.deadLetter; t != "" {
+			uses = append(uses, use{c.sub.String() + ": DeadLetter", t})
+		}
+	}
+	if len(uses) == 0 {
+		return nil
+	}
+	names := make([]string, len(uses))
+	for i, u := range uses {
+		names[i] = u.topic
+	}
+	details, err := kadm.NewClient(a.consumers[0].cl).ListTopics(ctx, names...) // not closed: it would close the consumer's client
+	if err != nil {
+		return fmt.Errorf("tidemark: start: check retry and dead-letter topics: %w", err)
+	}
+	var errs []error
+	for _, u := range uses {
+		if td, ok := details[u.topic]; !ok || td.Err != nil {
+			errs = append(errs, configErr(u.option, "topic %q does not exist", u.topic))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -30,26 +30,43 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
 			[]string{`Topic("t").Group`}},
 		{"Tracked manual partitions without a group", []runtime.Option{brokers, runtime.DefaultGroup("g")},
-			func(a *runtime.App) { runtime.Handle(a, runtime.Partitions("t", 0).Commit(runtime.Tracked), ack) },
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Partitions("t", 0).Commit(runtime.Tracked), ack, runtime.RetryToSource())
+			},
 			[]string{`Partitions("t", [0]).Group`}},
 		{"an unanchored pattern", []runtime.Option{brokers, runtime.DefaultGroup("g")},
-			func(a *runtime.App) { runtime.Handle(a, runtime.Pattern("events-.*"), ack) },
+			func(a *runtime.App) { runtime.Handle(a, runtime.Pattern("events-.*"), ack, runtime.RetryToSource()) },
 			[]string{`Pattern("events-.*")`}},
 		{"an empty pattern", []runtime.Option{brokers, runtime.DefaultGroup("g")},
-			func(a *runtime.App) { runtime.Handle(a, runtime.Pattern(""), ack) },
+			func(a *runtime.App) { runtime.Handle(a, runtime.Pattern(""), ack, runtime.RetryToSource()) },
 			[]string{`Pattern("")`}},
 		{"two subscriptions sharing a group and a topic", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) {
 				runtime.Handle(a, runtime.Topic("t"), ack)
-				runtime.Handle(a, runtime.Topics("u", "t"), ack)
+				runtime.Handle(a, runtime.Topics("u", "t"), ack, runtime.RetryToSource())
 			},
 			[]string{`Topics("u", "t")`}},
 		{"a manual subscription using a group subscription's group", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) {
 				runtime.Handle(a, runtime.Topic("t"), ack)
-				runtime.Handle(a, runtime.Partitions("u", 0).Group("g"), ack)
+				runtime.Handle(a, runtime.Partitions("u", 0).Group("g"), ack, runtime.RetryToSource())
 			},
 			[]string{`Partitions("u", [0]).Group`}},
+		{"a two-topic subscription without a retry address", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topics("t", "u"), ack, runtime.MaxAttempts(3)) },
+			[]string{`Topics("t", "u"): RetryTo`}},
+		{"a pattern without a retry address", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Pattern("^t"), ack) },
+			[]string{`Pattern("^t"): RetryTo`}},
+		{"RetryTo on manual partitions", []runtime.Option{brokers},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Partitions("t", 0), ack, runtime.RetryTo("r")) },
+			[]string{`Partitions("t", [0]): RetryTo`}},
+		{"a RetryTo topic another subscription of the group reads", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t"), ack, runtime.RetryTo("r"))
+				runtime.Handle(a, runtime.Topic("r"), ack)
+			},
+			[]string{`Topic("r")`}},
 		{"zero workers", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.Workers(0)) },
 			[]string{`Topic("t"): Workers`}},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -130,11 +132,22 @@ func (c *consumer) clientOpts() []kgo.Opt {
 	return opts
 }
 
+// topicsToConsume is what the group subscribes to: the subscription's topics (or its pattern) and
+// its RetryTo topic, so the copies it makes are consumed (DESIGN §3.3).
 func (c *consumer) topicsToConsume() []string {
+	var ts []string
 	if c.sub.kind == subPattern {
-		return []string{c.sub.pattern}
+		ts = []string{c.sub.pattern}
+	} else {
+		ts = append(ts, c.sub.topics...)
 	}
-	return c.sub.topics
+	if t := c.cfg.retryTo; t != "" && !slices.Contains(ts, t) {
+		if c.sub.kind == subPattern {
+			t = "^" + regexp.QuoteMeta(t) + "$"
+		}
+		ts = append(ts, t)
+	}
+	return ts
 }
 
 // newPart makes the state of a newly owned partition.

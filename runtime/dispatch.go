@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-io/tidemark/retry"
 	"github.com/tidemark-io/tidemark/tracker"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -54,8 +55,10 @@ type item struct {
 	ps      *partState
 	u       *unit
 	slot    tracker.Delivery
-	inPlace int // in-place retries so far
-	control bool
+	inPlace int  // in-place retries so far
+	control bool // a transaction marker: settled without the handler
+	foreign bool // a retry copy made by another group: settled without the handler
+	alone   bool // handled out of order, in a unit of its own (retry copies, foreign copies)
 	timer   *time.Timer
 }
 
@@ -135,8 +138,19 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 			d.parts[key] = ps
 		}
 		n := 0
+		now := time.Now()
 		for _, r := range p.Records {
 			it := &item{rec: r, ps: ps, control: r.Attrs.IsControl()}
+			var due time.Duration
+			if !it.control {
+				if g := retry.GroupOf(r); g != "" {
+					it.alone = true // a copy is out of order by nature (DESIGN §3.3)
+					it.foreign = g != d.c.group
+					if nb, ok := retry.NotBefore(r); ok && !it.foreign {
+						due = nb.Sub(now)
+					}
+				}
+			}
 			if ps.trk != nil {
 				slot, derr := ps.trk.Deliver(r.Offset, r.LeaderEpoch)
 				if derr != nil {
@@ -149,7 +163,11 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 					continue
 				}
 			}
-			d.enqueueLocked(it)
+			if due > 0 {
+				d.parkLocked(it, due)
+			} else {
+				d.enqueueLocked(it)
+			}
 			n++
 		}
 		events = append(events, DeliveredEvent{Group: d.c.group, Topic: p.Topic, Partition: p.Partition, Records: n, InFlight: ps.held})
@@ -165,7 +183,7 @@ func (d *dispatcher) enqueueLocked(it *item) {
 	ps := it.ps
 	var u *unit
 	switch {
-	case d.ordering == Unordered:
+	case d.ordering == Unordered || it.alone:
 		u = &unit{ps: ps}
 	case d.ordering == ByKey && it.rec.Key != nil && !it.control:
 		u = ps.keys[string(it.rec.Key)]
@@ -187,6 +205,17 @@ func (d *dispatcher) enqueueLocked(it *item) {
 	ps.held++
 	d.held++
 	d.readyLocked(u)
+}
+
+// parkLocked holds a retry copy that is not yet due: its offset stays in flight, it holds back no
+// other record, and a lane takes it once wait has passed (DESIGN §3.3).
+func (d *dispatcher) parkLocked(it *item, wait time.Duration) {
+	u := &unit{ps: it.ps, q: []*item{it}, busy: true}
+	it.u = u
+	it.ps.held++
+	d.held++
+	d.parked[it] = struct{}{}
+	it.timer = time.AfterFunc(wait, func() { d.unpark(it) })
 }
 
 func (d *dispatcher) readyLocked(u *unit) {

@@ -21,6 +21,10 @@ type handleConfig struct {
 	backoff            retry.Backoff
 	panicPolicy        PanicPolicy
 	replyTopic         string
+	maxAttempts        int    // 0: no cap and no copies
+	deadLetter         string // "": no dead-letter topic
+	retryTo            string // "": the default retry address
+	retryToSource      bool
 }
 
 func defaultHandleConfig() handleConfig {
@@ -119,4 +123,33 @@ func OnPanic(p PanicPolicy) HandleOption {
 // Reply names the topic a JSONReply handler publishes its results to (DESIGN §3.9).
 func Reply(topic string) HandleOption {
 	return handleOption(func(c *handleConfig) { c.replyTopic = topic })
+}
+
+// MaxAttempts caps the deliveries of a record at n, the first included (in-place retries and
+// copies alike): a failed delivery below the cap produces a retry copy (DESIGN §3.3); the n-th
+// failure is spent and goes to the DeadLetter topic once, or, with none, is dropped with a log line
+// and an Observer event (OutcomeSpent). n must be at least 1.
+func MaxAttempts(n int) HandleOption {
+	return handleOption(func(c *handleConfig) { c.maxAttempts = n })
+}
+
+// DeadLetter names the dead-letter topic: spent records, dropped records (Drop, decode failures)
+// and, without MaxAttempts, the first failure go there with provenance headers (package dlq), once
+// Kafka has acknowledged them the original is settled. Start fails when the topic does not exist.
+func DeadLetter(topic string) HandleOption {
+	return handleOption(func(c *handleConfig) { c.deadLetter = topic })
+}
+
+// RetryTo sends retry copies to topic, hashed by key as franz-go's default partitioner does, and
+// adds topic to the subscription (same group, handler and mode) so its copies are consumed. Start
+// fails when the topic does not exist. Not for manual-partition subscriptions (use RetryToSource).
+func RetryTo(topic string) HandleOption {
+	return handleOption(func(c *handleConfig) { c.retryTo, c.retryToSource = topic, false })
+}
+
+// RetryToSource sends each retry copy back to the topic and partition its record came from. It is
+// what a single-topic subscription does by default; multi-topic, pattern and manual-partition
+// subscriptions must choose it or RetryTo (DESIGN §3.3).
+func RetryToSource() HandleOption {
+	return handleOption(func(c *handleConfig) { c.retryTo, c.retryToSource = "", true })
 }

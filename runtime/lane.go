@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -31,8 +30,11 @@ func (c *consumer) handle(it *item) {
 		c.markTaken(it) // Auto: "stored when handed over"
 	}
 	ev := SettledEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, Offset: it.rec.Offset, Generation: ps.gen}
-	if it.control {
+	if it.control || it.foreign {
 		ev.Outcome = OutcomeControl
+		if it.foreign {
+			ev.Outcome = OutcomeForeignCopy
+		}
 		c.settle(it, ev)
 		return
 	}
@@ -55,34 +57,8 @@ func (c *consumer) handle(it *item) {
 			return
 		}
 	}
-	kind, cause := classify(err)
-	ev.Err = cause
-	switch kind {
-	case kindAck:
-		ev.Outcome = OutcomeAck
-	case kindDrop:
-		ev.Outcome = OutcomeDrop
-		if errors.Is(cause, ErrDecode) {
-			ev.Outcome = OutcomeDecodeFailure
-			c.log.Warn("tidemark: record dropped: it does not decode", c.recAttrs(it, ev.Attempt, "err", cause)...)
-		} else {
-			c.log.Info("tidemark: record dropped", c.recAttrs(it, ev.Attempt, "err", cause)...)
-		}
-	case kindRetry:
-		if !c.tracked {
-			ev.Outcome, ev.Err = OutcomeRetryRefused, fmt.Errorf("%w: %w", ErrRetryUnsupported, cause)
-			c.log.Warn("tidemark: retry refused: the record is not handled again", c.recAttrs(it, ev.Attempt, "err", cause)...)
-			break
-		}
-		wait := max(c.cfg.backoff(ev.Attempt, cause), 0)
-		ev.Outcome = OutcomeRetry
-		c.log.Debug("tidemark: retrying in place", c.recAttrs(it, ev.Attempt, "err", cause, "backoff", wait)...)
-		it.inPlace++
-		c.obs.Settled(ev)
-		c.d.finish(it, actPark, wait)
-		return
-	}
-	c.settle(it, ev)
+	kind, cause, after := classify(err)
+	c.resolve(it, ev, kind, cause, after)
 }
 
 // settle completes a record that is done: its offset may now be committed.

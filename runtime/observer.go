@@ -33,6 +33,10 @@ const (
 	OutcomeDecodeFailure                    // dropped: the value did not decode (ErrDecode)
 	OutcomePanic                            // a panic under PanicFail: left uncommitted, the App fails
 	OutcomeControl                          // a transaction marker settled by the runtime itself
+	OutcomeRetryCopy                        // a retry copy was acknowledged; the original settled
+	OutcomeDeadLetter                       // a dead-letter record was acknowledged; the original settled
+	OutcomeSpent                            // MaxAttempts reached with no dead-letter topic: dropped
+	OutcomeForeignCopy                      // a retry copy made by another group: settled unhandled
 )
 
 // String returns the outcome's name, e.g. "ack".
@@ -52,6 +56,14 @@ func (o Outcome) String() string {
 		return "panic"
 	case OutcomeControl:
 		return "control"
+	case OutcomeRetryCopy:
+		return "retry_copy"
+	case OutcomeDeadLetter:
+		return "dead_letter"
+	case OutcomeSpent:
+		return "spent"
+	case OutcomeForeignCopy:
+		return "foreign_copy"
 	}
 	return "unknown"
 }

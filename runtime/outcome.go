@@ -1,6 +1,9 @@
 package runtime
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 type outcomeKind uint8
 
@@ -13,8 +16,9 @@ const (
 // outcome is what Drop and Retry return: the engine sorts it out with errors.As, while errors.Is
 // still finds the user's cause through Unwrap.
 type outcome struct {
-	kind outcomeKind
-	err  error
+	kind  outcomeKind
+	err   error
+	after time.Duration // RetryAfter's delay; 0 otherwise
 }
 
 func (o *outcome) Error() string {
@@ -53,14 +57,26 @@ func Retry(err error) error {
 	return &outcome{kind: kindRetry, err: err}
 }
 
-// classify sorts a handler's result into its outcome and the user's cause.
-func classify(err error) (outcomeKind, error) {
+// RetryAfter returns the outcome "handle this record again, not before d": a retry copy is
+// produced at once with the header x-tidemark-not-before = now + d, and a consumer that receives it
+// early parks it until then (DESIGN §3.3). MaxAttempts still applies. err says why; nil is allowed.
+// A delay holds the committed position of the copy's partition for its length: for long delays,
+// RetryTo a dedicated retry topic.
+func RetryAfter(d time.Duration, err error) error {
 	if err == nil {
-		return kindAck, nil
+		err = errRetried
+	}
+	return &outcome{kind: kindRetry, err: err, after: max(d, time.Millisecond)}
+}
+
+// classify sorts a handler's result into its outcome, the user's cause and RetryAfter's delay.
+func classify(err error) (outcomeKind, error, time.Duration) {
+	if err == nil {
+		return kindAck, nil, 0
 	}
 	var o *outcome
 	if errors.As(err, &o) {
-		return o.kind, o.err
+		return o.kind, o.err, o.after
 	}
-	return kindRetry, err
+	return kindRetry, err, 0
 }

@@ -151,8 +151,9 @@ func (p *producer) client() (chan struct{}, error) {
 }
 
 // opts builds the producer's options: seeds, the App's ClientOpts without consumer and group
-// options (connection settings, TLS, SASL, dialer apply to both), then ProducerOpts. Idempotence
-// and acks=all stay franz-go's defaults.
+// options (connection settings, TLS, SASL, dialer apply to both), ProducerOpts, then the
+// partitioner that pins retry copies to their source partition. Idempotence and acks=all stay
+// franz-go's defaults.
 func (p *producer) opts() []kgo.Opt {
 	opts := []kgo.Opt{kgo.SeedBrokers(p.app.cfg.brokers...)}
 	for _, o := range p.app.cfg.clientOpts {
@@ -162,7 +163,8 @@ func (p *producer) opts() []kgo.Opt {
 		}
 		opts = append(opts, o)
 	}
-	return append(opts, p.app.cfg.producerOpts...)
+	opts = append(opts, p.app.cfg.producerOpts...)
+	return append(opts, kgo.RecordPartitioner(pinningPartitioner{}))
 }
 
 // close flushes what is buffered, bounded by FlushTimeout, counts what the brokers did not confirm,

@@ -30,7 +30,7 @@ func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
 				s.add(string(d.Record().Value), d.Attempt())
 				require.Equal(t, "manual", d.Group())
 				return nil
-			}))
+			}), runtime.RetryToSource())
 			start(t, app)
 			eventually(t, func() bool { return s.len() == 5 }, "5 records not handled")
 			stop(t, app)
@@ -45,7 +45,7 @@ func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
 			runtime.Handle(app2, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
 				s2.add(string(d.Record().Value), d.Attempt())
 				return nil
-			}))
+			}), runtime.RetryToSource())
 			start(t, app2)
 			eventually(t, func() bool { return s2.len() == 1 }, "the new record not handled")
 			stop(t, app2)
@@ -67,7 +67,7 @@ func TestPatternSubscriptionPicksUpNewTopics(t *testing.T) {
 		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
 			s.add(d.Record().Topic+":"+string(d.Record().Value), d.Attempt())
 			return nil
-		}))
+		}), runtime.RetryToSource())
 	start(t, app) // returns although no topic matches yet
 	state, _ := app.State()
 	require.Equal(t, runtime.StateRunning, state)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -49,6 +50,16 @@ func validate(cfg appConfig, regs []registration) error {
 		}
 		if !replies && r.cfg.replyTopic != "" {
 			add(name+": Reply", "the handler publishes no reply: use JSONReply")
+		}
+		if r.cfg.maxAttempts < 0 {
+			add(name+": MaxAttempts", "need at least 1, got %d", r.cfg.maxAttempts)
+		}
+		multi := s.kind != subTopics || len(s.topics) > 1
+		if multi && r.cfg.retryTo == "" && !r.cfg.retryToSource {
+			add(name+": RetryTo", "a multi-topic, pattern or manual-partition subscription must name its retry address with RetryTo(topic) or RetryToSource()")
+		}
+		if s.kind == subPartitions && r.cfg.retryTo != "" {
+			add(name+": RetryTo", "a manual-partition subscription cannot consume another topic: use RetryToSource()")
 		}
 		if r.cfg.workers < 1 {
 			add(name+": Workers", "need at least 1 lane, got %d", r.cfg.workers)
@@ -98,7 +109,11 @@ func validate(cfg appConfig, regs []registration) error {
 				continue
 			}
 			groupUsers[group] = name
-			for _, t := range s.topics {
+			topics := s.topics
+			if r.cfg.retryTo != "" && !slices.Contains(topics, r.cfg.retryTo) {
+				topics = append(slices.Clone(topics), r.cfg.retryTo)
+			}
+			for _, t := range topics {
 				k := groupTopic{group, t}
 				if other, dup := groupSubs[k]; dup {
 					add(name, "shares group %q and topic %q with %s", group, t, other)

@@ -1,0 +1,120 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidemark-io/tidemark/dlq"
+	"github.com/tidemark-io/tidemark/retry"
+)
+
+// resolve settles a handled record by its outcome and the registration's policy (DESIGN
+// §3.2–3.3): ack completes it; drop completes it after its dead-letter copy is acknowledged (when
+// a DeadLetter is declared); a retry becomes a retry copy (MaxAttempts or RetryAfter), a
+// dead-letter record (spent, or DeadLetter alone), an in-place retry (Tracked, no policy), or a
+// refusal (Auto, no policy).
+func (c *consumer) resolve(it *item, ev SettledEvent, kind outcomeKind, cause error, after time.Duration) {
+	ev.Err = cause
+	switch kind {
+	case kindAck:
+		ev.Outcome = OutcomeAck
+		c.settle(it, ev)
+		return
+	case kindDrop:
+		ev.Outcome = OutcomeDrop
+		if errors.Is(cause, ErrDecode) {
+			ev.Outcome = OutcomeDecodeFailure
+			c.log.Warn("tidemark: record dropped: it does not decode", c.recAttrs(it, ev.Attempt, "err", cause)...)
+		} else {
+			c.log.Info("tidemark: record dropped", c.recAttrs(it, ev.Attempt, "err", cause)...)
+		}
+		if c.cfg.deadLetter != "" {
+			c.deadLetter(it, ev)
+			return
+		}
+		c.settle(it, ev)
+		return
+	}
+	cfg := c.cfg
+	switch {
+	case cfg.maxAttempts > 0 && ev.Attempt >= cfg.maxAttempts:
+		if cfg.deadLetter != "" {
+			c.deadLetter(it, ev)
+			return
+		}
+		ev.Outcome = OutcomeSpent
+		c.log.Warn("tidemark: record dropped: its attempts are spent and no DeadLetter is declared",
+			c.recAttrs(it, ev.Attempt, "err", cause, "max_attempts", cfg.maxAttempts)...)
+		c.settle(it, ev)
+	case cfg.maxAttempts > 0 || after > 0:
+		c.retryCopy(it, ev, after)
+	case cfg.deadLetter != "":
+		c.deadLetter(it, ev)
+	case c.tracked:
+		c.retryInPlace(it, ev)
+	default:
+		ev.Outcome, ev.Err = OutcomeRetryRefused, fmt.Errorf("%w: %w", ErrRetryUnsupported, cause)
+		c.log.Warn("tidemark: retry refused: the record is not handled again", c.recAttrs(it, ev.Attempt, "err", cause)...)
+		c.settle(it, ev)
+	}
+}
+
+// retryCopy produces a retry copy due after RetryAfter's delay or the backoff for the attempt,
+// and completes the original once Kafka has acknowledged the copy.
+func (c *consumer) retryCopy(it *item, ev SettledEvent, after time.Duration) {
+	wait := after
+	if wait <= 0 {
+		wait = max(c.cfg.backoff(ev.Attempt, ev.Err), 0)
+	}
+	cp := retry.Copy(it.rec, c.group, time.Now().Add(wait))
+	ctx := it.ps.ctx
+	if c.cfg.retryTo != "" {
+		cp.Topic = c.cfg.retryTo
+	} else { // the source partition, explicitly: keyless records stay on it too
+		cp.Topic, cp.Partition = it.rec.Topic, it.rec.Partition
+		ctx = pinned(ctx)
+	}
+	cp.Context = ctx
+	if err := c.app.Publish(ctx, cp); err != nil {
+		c.produceFailed(it, ev, "retry copy", err)
+		return
+	}
+	ev.Outcome = OutcomeRetryCopy
+	c.log.Debug("tidemark: retry copy produced", c.recAttrs(it, ev.Attempt, "err", ev.Err, "to", cp.Topic, "not_before", wait)...)
+	c.settle(it, ev)
+}
+
+// deadLetter produces the record's dead-letter copy and completes the original once Kafka has
+// acknowledged it.
+func (c *consumer) deadLetter(it *item, ev SettledEvent) {
+	rec := dlq.Record(it.rec, c.cfg.deadLetter, c.group, ev.Attempt, ev.Err)
+	rec.Context = it.ps.ctx
+	if err := c.app.Publish(it.ps.ctx, rec); err != nil {
+		c.produceFailed(it, ev, "dead-letter record", err)
+		return
+	}
+	ev.Outcome = OutcomeDeadLetter
+	c.log.Warn("tidemark: record sent to the dead-letter topic", c.recAttrs(it, ev.Attempt, "err", ev.Err, "to", rec.Topic)...)
+	c.settle(it, ev)
+}
+
+// produceFailed keeps a record whose copy could not be produced in flight and handles it again in
+// place after the backoff, in every mode: never silent (DESIGN §3.3).
+func (c *consumer) produceFailed(it *item, ev SettledEvent, what string, err error) {
+	c.log.Error("tidemark: "+what+" not produced; the record stays in flight and is handled again",
+		c.recAttrs(it, ev.Attempt, "err", err)...)
+	ev.Err = fmt.Errorf("tidemark: %s: %w", what, err)
+	c.retryInPlace(it, ev)
+}
+
+// retryInPlace parks the record at the head of its unit and hands it to a lane again after the
+// backoff; what must stay behind it waits.
+func (c *consumer) retryInPlace(it *item, ev SettledEvent) {
+	wait := max(c.cfg.backoff(ev.Attempt, ev.Err), 0)
+	ev.Outcome = OutcomeRetry
+	c.log.Debug("tidemark: retrying in place", c.recAttrs(it, ev.Attempt, "err", ev.Err, "backoff", wait)...)
+	it.inPlace++
+	c.obs.Settled(ev)
+	c.d.finish(it, actPark, wait)
+}
