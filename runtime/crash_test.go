@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/retry"
 	"github.com/tidemark-io/tidemark/runtime"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -127,3 +129,66 @@ func offsetsOfKind(evs []kfaketest.Event, run int, kind string) []int64 {
 }
 
 func sortedOffsets(s []int64) []int64 { return slices.Sorted(slices.Values(s)) }
+
+// A delayed retry survives a crash: the copy is in Kafka before the original completes, the
+// committed offset stops at the parked copy, and after a SIGKILL the restarted consumer handles the
+// copy once it is due, not before; the original, committed before the kill, is not handled again
+// (DESIGN §3.3).
+func TestCrashWithAParkedRetryCopyLosesNothing(t *testing.T) {
+	if env, ok := kfaketest.Child(); ok {
+		runRetryCrashChild(t, env)
+		return
+	}
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "pay")
+	p := c.Spawn(t, nil)
+	p.WaitEvents(t, func(evs []kfaketest.Event) bool { return slices.Contains(returnsOf(evs, 1), 0) })
+	// The copy (offset 1) is parked until due, so the position stops at it.
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+	require.Equal(t, map[int32]int64{0: 2}, c.HighWatermarks(t, "in"), "the copy was produced before the original completed")
+	p.Kill(t)
+	for _, cm := range c.CommitLog().Of("g", "in", 0) {
+		require.LessOrEqual(t, cm.Offset, int64(1), "nothing committed past the parked copy")
+	}
+
+	p.Restart(t)
+	p.WaitEvents(t, func(evs []kfaketest.Event) bool { return slices.Contains(returnsOf(evs, 2), 1) })
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+	p.Kill(t)
+	evs := p.Events()
+	require.Equal(t, []int64{0}, startsOf(evs, 1), "run 1 handled the original and parked its copy")
+	require.Equal(t, []int64{1}, startsOf(evs, 2), "run 2 handles the copy once and never the committed original")
+	for _, e := range evs {
+		require.NotEqual(t, kfaketest.EventNote, e.Kind, "a copy was handled before its not-before time: %+v", e)
+		if e.Kind == kfaketest.EventStart && e.Offset == 1 {
+			require.Equal(t, 2, e.Attempt)
+		}
+	}
+}
+
+// runRetryCrashChild asks for RetryAfter(1500ms) on a record's first attempt and acks copies,
+// noting any copy handled before its not-before time.
+func runRetryCrashChild(t *testing.T, env kfaketest.ChildEnv) {
+	app := runtime.New(
+		runtime.Brokers(env.Brokers...),
+		runtime.ClientOpts(kfaketest.FastOpts()...),
+		runtime.InstanceID(env.InstanceID),
+		runtime.Logger(testLogger()),
+	)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			r := d.Record()
+			env.Log.Start(r.Topic, r.Partition, r.Offset, d.Attempt())
+			if nb, ok := retry.NotBefore(r); ok && time.Now().Before(nb) {
+				env.Log.Note("early", fmt.Sprintf("offset %d handled %s before its not-before", r.Offset, time.Until(nb)))
+			}
+			if d.Attempt() == 1 {
+				env.Log.Return(r.Topic, r.Partition, r.Offset, "retry_after")
+				return runtime.RetryAfter(1500*time.Millisecond, fmt.Errorf("bank busy"))
+			}
+			env.Log.Return(r.Topic, r.Partition, r.Offset, "ack")
+			return nil
+		}))
+	err := app.Run(context.Background())
+	t.Fatalf("child run %d: Run returned: %v", env.Run, err)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/retry"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -321,4 +322,31 @@ func TestRetryToADedicatedTopic(t *testing.T) {
 	require.Equal(t, []int{1, 2}, attempts)
 	require.Equal(t, "in.retry", recs[1].Topic)
 	require.Equal(t, []string{"in"}, hv(recs[1], retry.OriginTopicHeader))
+}
+
+// A dead-letter record that fails to produce is never silent: the original stays in flight, is
+// handled again in place after the backoff, and exactly one dead-letter record lands (DESIGN §3.3).
+func TestFailedDeadLetterProduceKeepsTheRecordInFlight(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("dlq", 1))
+	c.ProduceValues(t, "in", 0, "bad")
+	fault := c.FailProduce("dlq", 1, kerr.InvalidRecord)
+	var got calls
+	obs := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			got.add(d)
+			return runtime.Drop(errors.New("poison"))
+		}), runtime.DeadLetter("dlq"), fastBackoff)
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+	stop(t, app)
+	require.Equal(t, 1, fault.Hits())
+	_, attempts, _ := got.snapshot()
+	require.Equal(t, []int{1, 2}, attempts)
+	require.Len(t, c.ReadAll(t, "dlq", true), 1)
+	retried := obs.outcomes(runtime.OutcomeRetry)
+	require.Len(t, retried, 1)
+	require.ErrorContains(t, retried[0].Err, "dead-letter record")
+	require.ErrorIs(t, retried[0].Err, kerr.InvalidRecord)
 }
