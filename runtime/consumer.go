@@ -17,10 +17,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// registration is one Handle call.
+// registration is one Handle or HandleBatch call.
 type registration struct {
 	sub     Subscription
-	handler Handler
+	handler Handler      // Handle
+	batch   BatchHandler // HandleBatch
+	batchN  int          // HandleBatch's n
 	cfg     handleConfig
 }
 
@@ -31,6 +33,8 @@ type consumer struct {
 	sub     Subscription
 	cfg     handleConfig
 	h       Handler
+	bh      BatchHandler
+	batchN  int
 	group   string
 	tracked bool
 	manual  bool
@@ -66,6 +70,8 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 		sub:      r.sub,
 		cfg:      r.cfg,
 		h:        r.handler,
+		bh:       r.batch,
+		batchN:   r.batchN,
 		group:    a.groupOf(r.sub),
 		tracked:  r.sub.mode.kind == modeTracked,
 		manual:   r.sub.kind == subPartitions,

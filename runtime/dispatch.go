@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-io/tidemark/batch"
 	"github.com/tidemark-io/tidemark/retry"
 	"github.com/tidemark-io/tidemark/tracker"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -39,16 +40,22 @@ type partState struct {
 	lastWAt time.Time
 }
 
-// A unit is what must be handled one record at a time, in order: a partition, a key, or (Unordered)
-// a single record.
+// A unit is what must be handled in order, one take at a time: a partition, a key, or (Unordered,
+// and retry copies) a single record.
 type unit struct {
-	ps    *partState
-	key   string
-	keyed bool
-	q     []*item
-	busy  bool // a lane holds its head, or the head waits for an in-place retry
-	ready bool // listed in dispatcher.ready
+	ps      *partState
+	key     string
+	keyed   bool
+	q       []*item
+	taken   int           // records of the current take not yet finished
+	retry   []*item       // records of the current take waiting for an in-place retry, in order
+	wait    time.Duration // the longest backoff among retry
+	parked  bool          // the head waits for a timer (a retry, or a copy not yet due)
+	blocked bool          // the head panicked under PanicFail: nothing behind it runs
+	ready   bool          // listed in dispatcher.ready
 }
+
+func (u *unit) busy() bool { return u.taken > 0 || u.parked || u.blocked }
 
 type item struct {
 	rec     *kgo.Record
@@ -210,7 +217,7 @@ func (d *dispatcher) enqueueLocked(it *item) {
 // parkLocked holds a retry copy that is not yet due: its offset stays in flight, it holds back no
 // other record, and a lane takes it once wait has passed (DESIGN §3.3).
 func (d *dispatcher) parkLocked(it *item, wait time.Duration) {
-	u := &unit{ps: it.ps, q: []*item{it}, busy: true}
+	u := &unit{ps: it.ps, q: []*item{it}, parked: true}
 	it.u = u
 	it.ps.held++
 	d.held++
@@ -219,76 +226,99 @@ func (d *dispatcher) parkLocked(it *item, wait time.Duration) {
 }
 
 func (d *dispatcher) readyLocked(u *unit) {
-	if u.busy || u.ready || len(u.q) == 0 || u.ps.closed.Load() {
+	if u.busy() || u.ready || len(u.q) == 0 || u.ps.closed.Load() {
 		return
 	}
 	u.ready = true
 	d.ready = append(d.ready, u)
 }
 
-// take blocks until a unit is ready, marks it busy and returns its head record; false once the
-// dispatcher is stopped.
-func (d *dispatcher) take() (*item, bool) {
+// take blocks until a unit is ready and returns its next records, at most n: the head and the
+// records already queued behind it in the same unit (under Unordered, the next ready records of any
+// partition), never empty and without waiting for more (DESIGN §3.5). False once the dispatcher is
+// stopped.
+func (d *dispatcher) take(n int) ([]*item, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for {
 		if d.stopped {
 			return nil, false
 		}
-		if d.rhead < len(d.ready) {
-			u := d.ready[d.rhead]
-			d.ready[d.rhead] = nil
-			d.rhead++
-			if d.rhead == len(d.ready) {
-				d.ready, d.rhead = d.ready[:0], 0
+		var items []*item
+		for d.rhead < len(d.ready) && len(items) < n {
+			u := d.popReadyLocked()
+			if u.busy() || len(u.q) == 0 || u.ps.closed.Load() {
+				continue // stale entry
 			}
-			u.ready = false
-			if u.busy || len(u.q) == 0 || u.ps.closed.Load() {
-				continue
+			take, rest := batch.Cut(u.q, n-len(items))
+			items = append(items, take...)
+			clear(take)
+			u.q = rest
+			u.taken += len(take)
+			u.ps.handling += len(take)
+			d.handling += len(take)
+			if last := items[len(items)-1].rec.Offset + 1; last > u.ps.taken {
+				u.ps.taken = last
 			}
-			it := u.q[0]
-			u.q[0] = nil
-			u.q = u.q[1:]
-			u.busy = true
-			u.ps.handling++
-			d.handling++
-			if next := it.rec.Offset + 1; next > u.ps.taken {
-				u.ps.taken = next
+			if d.ordering != Unordered {
+				break // one unit of order per take
 			}
-			return it, true
+		}
+		if len(items) > 0 {
+			return items, true
 		}
 		d.cond.Wait()
 	}
 }
 
-// finish ends a lane's hold on it: actDone settles it, actPark puts it back at the head of its unit
-// and makes the unit ready again after wait, actHold leaves the unit blocked.
+func (d *dispatcher) popReadyLocked() *unit {
+	u := d.ready[d.rhead]
+	d.ready[d.rhead] = nil
+	d.rhead++
+	if d.rhead == len(d.ready) {
+		d.ready, d.rhead = d.ready[:0], 0
+	}
+	u.ready = false
+	return u
+}
+
+// finish ends a lane's hold on one record: actDone settles it; actPark puts it back at the head of
+// its unit, which becomes ready again wait after its whole take has finished; actHold blocks the
+// unit for good.
 func (d *dispatcher) finish(it *item, act action, wait time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ps, u := it.ps, it.u
 	ps.handling--
 	d.handling--
+	u.taken--
 	switch {
 	case act == actHold:
+		u.blocked = true
 	case act == actPark && !ps.closed.Load() && !d.stopped:
-		u.q = append([]*item{it}, u.q...)
-		d.parked[it] = struct{}{}
-		it.timer = time.AfterFunc(wait, func() { d.unpark(it) })
+		u.retry = append(u.retry, it)
+		u.wait = max(u.wait, wait)
 	default: // done, or a park that can no longer happen: the record stays uncommitted
 		ps.held--
 		d.held--
-		u.busy = false
 	}
 	if ps.closed.Load() {
 		d.notifyLocked()
 		return
 	}
-	if !u.busy && len(u.q) > 0 {
+	if u.taken == 0 && len(u.retry) > 0 {
+		first := u.retry[0]
+		u.q = append(u.retry, u.q...)
+		u.retry, u.parked = nil, true
+		d.parked[first] = struct{}{}
+		first.timer = time.AfterFunc(u.wait, func() { d.unpark(first) })
+		u.wait = 0
+	}
+	if !u.busy() && len(u.q) > 0 {
 		d.readyLocked(u)
 		d.cond.Signal()
 	}
-	if u.keyed && !u.busy && len(u.q) == 0 {
+	if u.keyed && !u.busy() && len(u.q) == 0 {
 		delete(ps.keys, u.key)
 	}
 	d.flowLocked(ps)
@@ -303,7 +333,7 @@ func (d *dispatcher) unpark(it *item) {
 		return // dropped by a revoke, a loss or shutdown
 	}
 	delete(d.parked, it)
-	it.u.busy = false
+	it.u.parked = false
 	d.readyLocked(it.u)
 	d.cond.Signal()
 }

@@ -14,12 +14,17 @@ import (
 // lane is one worker goroutine: it takes ready records from the dispatcher, runs the handler and
 // settles the outcome, until the dispatcher stops.
 func (c *consumer) lane() {
+	n := max(c.batchN, 1)
 	for {
-		it, ok := c.d.take()
+		items, ok := c.d.take(n)
 		if !ok {
 			return
 		}
-		c.handle(it)
+		if c.bh != nil {
+			c.handleBatch(items)
+			continue
+		}
+		c.handle(items[0])
 	}
 }
 
@@ -74,7 +79,7 @@ func (c *consumer) settle(it *item, ev SettledEvent) {
 func (c *consumer) invoke(ctx context.Context, it *item, attempt int) (perr *PanicError, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			perr = &PanicError{Value: v, Stack: debug.Stack(), Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
+			perr = &PanicError{Value: v, Stack: debugStack(), Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
 		}
 	}()
 	d := &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
@@ -103,3 +108,6 @@ func (c *consumer) recAttrs(it *item, attempt int, kv ...any) []any {
 	return append([]any{"topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset,
 		"group", c.group, "generation", it.ps.gen, "attempt", attempt}, kv...)
 }
+
+// debugStack is the stack of the calling goroutine, for a *PanicError.
+func debugStack() []byte { return debug.Stack() }

@@ -41,14 +41,21 @@ func validate(cfg appConfig, regs []registration) error {
 		if s.kind != subPartitions && group == "" {
 			group = cfg.defaultGroup
 		}
-		if r.handler == nil {
+		switch {
+		case r.batchN > 0 && r.batch == nil:
+			add(name+": HandleBatch", "nil batch handler")
+		case r.batchN > 0 && r.cfg.replyTopic != "":
+			add(name+": Reply", "batch handlers publish no replies")
+		case r.batchN < 0:
+			add(name+": HandleBatch", "need a batch size of at least 1, got %d", r.batchN)
+		case r.batchN == 0 && r.handler == nil:
 			add(name+": Handle", "nil handler")
 		}
 		_, replies := r.handler.(replyHandler)
 		if replies && r.cfg.replyTopic == "" {
 			add(name+": JSONReply", "needs Reply(topic) to name where results go")
 		}
-		if !replies && r.cfg.replyTopic != "" {
+		if r.batchN == 0 && !replies && r.cfg.replyTopic != "" {
 			add(name+": Reply", "the handler publishes no reply: use JSONReply")
 		}
 		if r.cfg.maxAttempts < 0 {

@@ -1,0 +1,192 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/tidemark-io/tidemark/batch"
+	"github.com/tidemark-io/tidemark/retry"
+)
+
+// A BatchHandler processes a batch of records from one subscription and returns one error per
+// element, in order: element i's error settles element i as a Handler's would (nil acks, Drop,
+// Retry, RetryAfter). A short result retries the uncovered elements; entries past the batch are
+// ignored; both are logged (DESIGN §3.5). Up to Workers(k) batches run at once.
+type BatchHandler interface {
+	HandleBatch(ctx context.Context, ds []*Delivery) []error
+}
+
+// BatchHandlerFunc adapts a plain function to a BatchHandler.
+type BatchHandlerFunc func(ctx context.Context, ds []*Delivery) []error
+
+// HandleBatch calls f(ctx, ds).
+func (f BatchHandlerFunc) HandleBatch(ctx context.Context, ds []*Delivery) []error { return f(ctx, ds) }
+
+// HandleBatch registers h for batches of at most n records of sub (n >= 1). A lane takes one ready
+// record plus the records already ready behind it in the same unit of order — the partition under
+// ByPartition, the key under ByKey, any partition under Unordered — never more than n, never
+// empty, and never waits for more (DESIGN §3.5). Like Handle it only records; Start validates.
+func HandleBatch(app *App, sub Subscription, n int, h BatchHandler, opts ...HandleOption) {
+	cfg := defaultHandleConfig()
+	for _, o := range opts {
+		o.applyHandle(&cfg)
+	}
+	if n == 0 {
+		n = -1 // reported by Start
+	}
+	app.mu.Lock()
+	defer app.mu.Unlock()
+	app.regs = append(app.regs, registration{sub: sub, batch: h, batchN: n, cfg: cfg})
+}
+
+// BatchAll adapts a function that returns one error for the whole batch: nil acks every element,
+// any other outcome applies to every element.
+func BatchAll(fn func(ctx context.Context, ds []*Delivery) error) BatchHandler {
+	return BatchHandlerFunc(func(ctx context.Context, ds []*Delivery) []error {
+		err := fn(ctx, ds)
+		out := make([]error, len(ds))
+		for i := range out {
+			out[i] = err
+		}
+		return out
+	})
+}
+
+// JSONBatch adapts a function of decoded values: each record's value is decoded into a T with
+// encoding/json; elements that do not decode are dropped (ErrDecode) and not passed to fn, which
+// returns one error per value it received, in order.
+func JSONBatch[T any](fn func(ctx context.Context, vs []T) []error) BatchHandler {
+	return BatchHandlerFunc(func(ctx context.Context, ds []*Delivery) []error {
+		out := make([]error, len(ds))
+		vs := make([]T, 0, len(ds))
+		idx := make([]int, 0, len(ds))
+		for i, d := range ds {
+			var v T
+			if err := json.Unmarshal(d.Record().Value, &v); err != nil {
+				out[i] = Drop(fmt.Errorf("%w: %w", ErrDecode, err))
+				continue
+			}
+			vs = append(vs, v)
+			idx = append(idx, i)
+		}
+		if len(vs) == 0 {
+			return out
+		}
+		res, _, _ := batch.Align(fn(ctx, vs), len(vs), Retry(errShortBatch))
+		for j, i := range idx {
+			out[i] = res[j]
+		}
+		return out
+	})
+}
+
+var errShortBatch = fmt.Errorf("tidemark: the batch handler returned no result for this element")
+
+// handleBatch runs one batch through the batch handler and settles every element (DESIGN §3.5).
+func (c *consumer) handleBatch(items []*item) {
+	work := items[:0:0]
+	for _, it := range items {
+		if it.control || it.foreign {
+			c.handle(it) // settled without the handler
+			continue
+		}
+		if !c.tracked {
+			c.markTaken(it)
+		}
+		work = append(work, it)
+	}
+	if len(work) == 0 {
+		return
+	}
+	ds := make([]*Delivery, len(work))
+	evs := make([]SettledEvent, len(work))
+	for i, it := range work {
+		attempt := retry.Count(it.rec) + it.inPlace + 1
+		ds[i] = &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
+		evs[i] = SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.rec.Offset,
+			Generation: it.ps.gen, Attempt: attempt}
+	}
+	ctx, cancel := batchContext(work)
+	defer cancel()
+	start := time.Now()
+	results, perr := c.invokeBatch(ctx, ds)
+	dur := time.Since(start)
+	if perr != nil {
+		c.log.Error("tidemark: batch handler panicked", "topic", perr.Topic, "partition", perr.Partition, "offset", perr.Offset,
+			"group", c.group, "batch", len(work), "panic", fmt.Sprint(perr.Value), "stack", string(perr.Stack))
+		var err error
+		switch c.cfg.panicPolicy {
+		case PanicRetry:
+			err = Retry(perr)
+		case PanicDrop:
+			err = Drop(perr)
+		default:
+			for i, it := range work {
+				evs[i].Outcome, evs[i].Err, evs[i].Duration = OutcomePanic, perr, dur
+				c.obs.Settled(evs[i])
+				c.d.finish(it, actHold, 0)
+			}
+			c.app.fail(perr)
+			return
+		}
+		results = make([]error, len(work))
+		for i := range results {
+			results[i] = err
+		}
+	}
+	aligned, short, extra := batch.Align(results, len(work), Retry(errShortBatch))
+	if short > 0 || extra > 0 {
+		c.log.Warn("tidemark: batch handler returned a result of the wrong length",
+			"group", c.group, "batch", len(work), "results", len(results), "retried", short, "ignored", extra)
+	}
+	for i, it := range work {
+		evs[i].Duration = dur
+		kind, cause, after := classify(aligned[i])
+		c.resolve(it, evs[i], kind, cause, after)
+	}
+}
+
+// invokeBatch calls the batch handler, recovering a panic into a *PanicError naming the first
+// element.
+func (c *consumer) invokeBatch(ctx context.Context, ds []*Delivery) (results []error, perr *PanicError) {
+	defer func() {
+		if v := recover(); v != nil {
+			r := ds[0].rec
+			perr = &PanicError{Value: v, Stack: debugStack(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+		}
+	}()
+	return c.bh.HandleBatch(ctx, ds), nil
+}
+
+// batchContext is the ctx of a batch: its partition's handler ctx, or, for a batch spanning
+// partitions, a ctx cancelled as soon as any of theirs is (the batch can then no longer be committed
+// whole).
+func batchContext(items []*item) (context.Context, context.CancelFunc) {
+	first := items[0].ps
+	same := true
+	for _, it := range items[1:] {
+		same = same && it.ps == first
+	}
+	if same {
+		return first.ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(first.ctx))
+	var stops []func() bool
+	seen := map[*partState]bool{}
+	for _, it := range items {
+		if seen[it.ps] {
+			continue
+		}
+		seen[it.ps] = true
+		pctx := it.ps.ctx
+		stops = append(stops, context.AfterFunc(pctx, func() { cancel(context.Cause(pctx)) }))
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(context.Canceled)
+	}
+}
