@@ -192,3 +192,56 @@ func runRetryCrashChild(t *testing.T, env kfaketest.ChildEnv) {
 	err := app.Run(context.Background())
 	t.Fatalf("child run %d: Run returned: %v", env.Run, err)
 }
+
+// A retried batch element holds the committed position just before it; elements acked after it
+// are read again after a crash: duplicates, never loss (DESIGN §3.5).
+func TestCrashWithARetriedBatchElement(t *testing.T) {
+	if env, ok := kfaketest.Child(); ok {
+		runBatchCrashChild(t, env)
+		return
+	}
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "e0", "e1", "e2", "e3", "e4")
+	p := c.Spawn(t, nil)
+	// Run 1: the batch [0..4] acks all but 1, whose in-place redelivery blocks.
+	p.WaitEvents(t, func(evs []kfaketest.Event) bool { return len(startsOf(evs, 1)) == 6 })
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+	p.Kill(t)
+	p.Restart(t)
+	p.WaitEvents(t, func(evs []kfaketest.Event) bool { return len(returnsOf(evs, 2)) == 4 })
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 5})
+	p.Kill(t)
+	evs := p.Events()
+	require.Equal(t, []int64{0, 1, 2, 3, 4, 1}, startsOf(evs, 1))
+	require.Equal(t, []int64{1, 2, 3, 4}, sortedOffsets(startsOf(evs, 2)), "element 0 is not handled again")
+}
+
+// runBatchCrashChild handles batches of up to 5; in run 1 element 1 fails once and its redelivery
+// blocks until the SIGKILL.
+func runBatchCrashChild(t *testing.T, env kfaketest.ChildEnv) {
+	app := runtime.New(
+		runtime.Brokers(env.Brokers...),
+		runtime.ClientOpts(kfaketest.FastOpts()...),
+		runtime.InstanceID(env.InstanceID),
+		runtime.Logger(testLogger()),
+	)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 5,
+		runtime.BatchHandlerFunc(func(_ context.Context, ds []*runtime.Delivery) []error {
+			out := make([]error, len(ds))
+			for i, d := range ds {
+				r := d.Record()
+				env.Log.Start(r.Topic, r.Partition, r.Offset, d.Attempt())
+				if env.Run == 1 && r.Offset == 1 {
+					if d.Attempt() > 1 {
+						select {} // blocks until the SIGKILL
+					}
+					out[i] = runtime.Retry(fmt.Errorf("once"))
+					continue
+				}
+				env.Log.Return(r.Topic, r.Partition, r.Offset, "ack")
+			}
+			return out
+		}), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	err := app.Run(context.Background())
+	t.Fatalf("child run %d: Run returned: %v", env.Run, err)
+}

@@ -1,0 +1,206 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/runtime"
+)
+
+// batches records each batch handler call's values, safely from many lanes.
+type batches struct {
+	mu sync.Mutex
+	bs [][]string
+}
+
+func (b *batches) add(ds []*runtime.Delivery) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var vs []string
+	for _, d := range ds {
+		vs = append(vs, string(d.Record().Value))
+	}
+	b.bs = append(b.bs, vs)
+}
+
+func (b *batches) all() [][]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.bs)
+}
+
+func (b *batches) flat() []string {
+	var out []string
+	for _, vs := range b.all() {
+		out = append(out, vs...)
+	}
+	return out
+}
+
+func values(prefix string, n int) []string {
+	vs := make([]string, n)
+	for i := range vs {
+		vs[i] = fmt.Sprintf("%s%02d", prefix, i)
+	}
+	return vs
+}
+
+// A lane takes the head and what is already queued behind it, at most n (DESIGN §3.5): five
+// records queued at once with n = 2 are handled as batches of 2, 2 and 1, in order, each once.
+func TestBatchesAreCutFromWhatIsQueued(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, values("r", 5)...)
+	var got batches
+	app := runtime.New(appOpts(c)...)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 2,
+		runtime.BatchAll(func(_ context.Context, ds []*runtime.Delivery) error { got.add(ds); return nil }))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 5})
+	require.Equal(t, [][]string{{"r00", "r01"}, {"r02", "r03"}, {"r04"}}, got.all())
+}
+
+// Twelve records in batches of at most 5: each handled once, in order, committed 12.
+func TestBatchesKeepPartitionOrder(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, values("r", 12)...)
+	var got batches
+	app := runtime.New(appOpts(c)...)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 5,
+		runtime.BatchHandlerFunc(func(_ context.Context, ds []*runtime.Delivery) []error {
+			got.add(ds)
+			return make([]error, len(ds))
+		}), runtime.Workers(3))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 12})
+	require.Equal(t, values("r", 12), got.flat())
+	for _, b := range got.all() {
+		require.LessOrEqual(t, len(b), 5)
+	}
+}
+
+// Element i's error settles element i: ack, drop, retry once, ack; the retried element is handled
+// twice and the position waits for it; a short result retries the uncovered elements (DESIGN §3.5).
+func TestBatchPerElementOutcomes(t *testing.T) {
+	cases := []struct {
+		name    string
+		results func(first bool) []error
+		want    []string
+	}{
+		{"ack, drop, retry once, ack", func(first bool) []error {
+			if first {
+				return []error{nil, runtime.Drop(errors.New("no")), runtime.Retry(errors.New("again")), nil}
+			}
+			return []error{nil}
+		}, []string{"r00", "r01", "r02", "r03", "r02"}},
+		{"a short result retries the rest", func(first bool) []error {
+			if first {
+				return []error{nil, nil}
+			}
+			return []error{nil, nil}
+		}, []string{"r00", "r01", "r02", "r03", "r02", "r03"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			c.ProduceValues(t, "in", 0, values("r", 4)...)
+			var got batches
+			first := true
+			app := runtime.New(appOpts(c)...)
+			runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 4,
+				runtime.BatchHandlerFunc(func(_ context.Context, ds []*runtime.Delivery) []error {
+					got.add(ds)
+					r := tc.results(first)
+					first = false
+					return r
+				}), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+			start(t, app)
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 4})
+			require.Equal(t, tc.want, got.flat())
+		})
+	}
+}
+
+// Under Unordered a batch may span partitions, and every partition it drew from is settled.
+func TestUnorderedBatchSpansPartitions(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 3))
+	for p := range int32(3) {
+		c.ProduceValues(t, "in", p, values(fmt.Sprintf("p%d-", p), 3)...)
+	}
+	var got batches
+	app := runtime.New(appOpts(c)...)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 9,
+		runtime.BatchAll(func(_ context.Context, ds []*runtime.Delivery) error { got.add(ds); return nil }), runtime.Unordered)
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3, 1: 3, 2: 3})
+	all := got.flat()
+	slices.Sort(all)
+	require.Len(t, all, 9, "each record once")
+	spanned := false
+	for _, b := range got.all() {
+		parts := map[byte]bool{}
+		for _, v := range b {
+			parts[v[1]] = true
+		}
+		spanned = spanned || len(parts) > 1
+	}
+	require.True(t, spanned, "some batch drew from more than one partition: %v", got.all())
+}
+
+// Workers(4) with batches of at most 6 over 20 records: every record exactly once, no batch
+// larger than 6.
+func TestParallelBatchesHandleEachRecordOnce(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 4))
+	var all []string
+	for p := range int32(4) {
+		vs := values(fmt.Sprintf("p%d-", p), 5)
+		c.ProduceValues(t, "in", p, vs...)
+		all = append(all, vs...)
+	}
+	var got batches
+	app := runtime.New(appOpts(c)...)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 6,
+		runtime.BatchAll(func(_ context.Context, ds []*runtime.Delivery) error { got.add(ds); return nil }), runtime.Workers(4))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 5, 1: 5, 2: 5, 3: 5})
+	flat := got.flat()
+	slices.Sort(flat)
+	require.Equal(t, all, flat)
+	for _, b := range got.all() {
+		require.LessOrEqual(t, len(b), 6)
+	}
+}
+
+type line struct {
+	Amount int `json:"amount"`
+}
+
+// JSONBatch decodes each element; an element that does not decode is dropped and the others are
+// handled (DESIGN §3.5, §3.8).
+func TestJSONBatchDropsUndecodableElements(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, `{"amount":1}`, `{"amount":`, `{"amount":3}`)
+	var mu sync.Mutex
+	var sums []int
+	app := runtime.New(appOpts(c)...)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 10,
+		runtime.JSONBatch(func(_ context.Context, ls []line) []error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, l := range ls {
+				sums = append(sums, l.Amount)
+			}
+			return make([]error, len(ls))
+		}))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 3}, sums)
+}
