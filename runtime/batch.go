@@ -92,7 +92,7 @@ func (c *consumer) handleBatch(items []*item) {
 			c.handle(it) // settled without the handler
 			continue
 		}
-		if !c.tracked {
+		if !c.tracked && !c.txnMode {
 			c.markTaken(it)
 		}
 		work = append(work, it)
@@ -108,7 +108,7 @@ func (c *consumer) handleBatch(items []*item) {
 		evs[i] = SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.rec.Offset,
 			Generation: it.ps.gen, Attempt: attempt}
 	}
-	ctx, cancel := batchContext(work)
+	ctx, cancel := c.batchContext(work)
 	defer cancel()
 	start := time.Now()
 	results, perr := c.invokeBatch(ctx, ds)
@@ -124,6 +124,7 @@ func (c *consumer) handleBatch(items []*item) {
 			err = Drop(perr)
 		default:
 			for i, it := range work {
+				c.abortWindow(it.win, perr)
 				evs[i].Outcome, evs[i].Err, evs[i].Duration = OutcomePanic, perr, dur
 				c.obs.Settled(evs[i])
 				c.d.finish(it, actHold, 0)
@@ -163,7 +164,10 @@ func (c *consumer) invokeBatch(ctx context.Context, ds []*Delivery) (results []e
 // batchContext is the ctx of a batch: its partition's handler ctx, or, for a batch spanning
 // partitions, a ctx cancelled as soon as any of theirs is (the batch can then no longer be committed
 // whole).
-func batchContext(items []*item) (context.Context, context.CancelFunc) {
+func (c *consumer) batchContext(items []*item) (context.Context, context.CancelFunc) {
+	if items[0].win != nil {
+		return items[0].win.ctx, func() {} // a window's records share its ctx
+	}
 	first := items[0].ps
 	same := true
 	for _, it := range items[1:] {

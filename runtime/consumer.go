@@ -37,12 +37,14 @@ type consumer struct {
 	batchN  int
 	group   string
 	tracked bool
+	txnMode bool
 	manual  bool
 	log     *slog.Logger
 	obs     Observer
 
-	cl  *kgo.Client
-	adm *kadm.Client // manual partitions with a group: offsets are read and committed with kadm
+	cl   *kgo.Client               // guarded by d.mu in the Transactional mode, where it is rebuilt
+	sess *kgo.GroupTransactSession // Transactional mode only; owned by the poll loop
+	adm  *kadm.Client              // manual partitions with a group: offsets are read and committed with kadm
 
 	d      *dispatcher
 	markMu sync.Mutex // orders marks against revokes: lock order markMu → d.mu
@@ -74,6 +76,7 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 		batchN:   r.batchN,
 		group:    a.groupOf(r.sub),
 		tracked:  r.sub.mode.kind == modeTracked,
+		txnMode:  r.sub.mode.kind == modeTxn,
 		manual:   r.sub.kind == subPartitions,
 		obs:      a.cfg.observer,
 		ready:    make(chan struct{}),
@@ -85,6 +88,15 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 	c.d = newDispatcher(c)
 	// The group join starts as soon as the client exists, so handler contexts must exist first.
 	c.workCtx, c.cutWork = context.WithCancelCause(base)
+	if c.txnMode {
+		sess, err := kgo.NewGroupTransactSession(c.clientOpts()...)
+		if err != nil {
+			c.cutWork(err)
+			return nil, fmt.Errorf("tidemark: %s: transactional session: %w", r.sub, err)
+		}
+		c.sess, c.cl = sess, sess.Client()
+		return c, nil
+	}
 	cl, err := kgo.NewClient(c.clientOpts()...)
 	if err != nil {
 		c.cutWork(err)
@@ -122,13 +134,21 @@ func (c *consumer) clientOpts() []kgo.Opt {
 	opts = append(opts,
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(c.topicsToConsume()...),
-		kgo.AutoCommitMarks(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(c.onAssigned),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
-		kgo.AutoCommitCallback(c.onAutoCommit),
 	)
+	if c.txnMode { // the session commits offsets in its transactions; it produces too
+		opts = append(opts, a.cfg.producerOpts...)
+		opts = append(opts,
+			kgo.TransactionalID(c.sub.mode.txnID),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.RecordPartitioner(pinningPartitioner{}),
+		)
+	} else {
+		opts = append(opts, kgo.AutoCommitMarks(), kgo.AutoCommitCallback(c.onAutoCommit))
+	}
 	if c.sub.kind == subPattern {
 		opts = append(opts, kgo.ConsumeRegex())
 	}
@@ -183,6 +203,10 @@ func (c *consumer) start(startCtx, base context.Context) error {
 	c.stopPoll = stop
 	go func() {
 		defer close(c.pollDone)
+		if c.txnMode {
+			c.pollTxn(pollCtx, base)
+			return
+		}
 		c.poll(pollCtx)
 	}()
 	return nil
@@ -234,12 +258,7 @@ func (c *consumer) poll(ctx context.Context) {
 			c.cl.AllowRebalance()
 			return
 		}
-		fs.EachError(func(topic string, partition int32, err error) {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return
-			}
-			c.log.Warn("tidemark: fetch error", "topic", topic, "partition", partition, "err", err)
-		})
+		c.logFetchErrors(fs)
 		events, moved, err := c.d.push(fs)
 		c.cl.AllowRebalance()
 		for _, ev := range events {
@@ -259,7 +278,7 @@ func (c *consumer) poll(ctx context.Context) {
 }
 
 // setPaused pauses or resumes fetching one partition. It only takes franz-go's pause lock, so it is
-// called under dispatcher.mu to keep pauses and resumes in order.
+// called under dispatcher.mu, which keeps pauses and resumes in order (and guards c.cl).
 func (c *consumer) setPaused(p tp, paused bool) {
 	m := map[string][]int32{p.topic: {p.partition}}
 	if paused {

@@ -31,6 +31,7 @@ type partState struct {
 	held     int // records held: queued, running, parked
 	handling int // records in a handler right now
 	paused   bool
+	delayed  time.Time        // Transactional: paused until then for a retry copy not yet due
 	single   *unit            // ByPartition, and keyless records under ByKey
 	keys     map[string]*unit // ByKey
 	taken    int64            // Auto: next offset after the highest record taken, -1 before any
@@ -67,6 +68,7 @@ type item struct {
 	foreign bool // a retry copy made by another group: settled without the handler
 	alone   bool // handled out of order, in a unit of its own (retry copies, foreign copies)
 	timer   *time.Timer
+	win     *txnWindow // Transactional: the window (transaction) the record was polled in
 }
 
 type action uint8
@@ -97,6 +99,8 @@ type dispatcher struct {
 	parked    map[*item]struct{}
 	waiters   int
 	changed   chan struct{}
+	win       *txnWindow               // Transactional: the window records are polled into
+	timers    map[*time.Timer]struct{} // Transactional: partition delays
 }
 
 func newDispatcher(c *consumer) *dispatcher {
@@ -107,6 +111,7 @@ func newDispatcher(c *consumer) *dispatcher {
 		maxAll:   c.cfg.maxInFlight,
 		parts:    make(map[tp]*partState),
 		parked:   make(map[*item]struct{}),
+		timers:   make(map[*time.Timer]struct{}),
 		changed:  make(chan struct{}),
 	}
 	d.cond.L = &d.mu
@@ -169,6 +174,18 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 					moved = ps.trk.Complete(slot) == tracker.Completed || moved
 					continue
 				}
+			}
+			if d.win != nil {
+				if d.win.w.Aborted() != nil {
+					return // the whole window is read again
+				}
+				if due > 0 { // DESIGN §3.4: abort once, pause the partition until the copy is due
+					d.win.w.Abort(errCopyNotDue)
+					d.delayLocked(ps, now.Add(due))
+					return
+				}
+				it.win = d.win
+				d.win.w.Add(1)
 			}
 			if due > 0 {
 				d.parkLocked(it, due)
@@ -292,6 +309,12 @@ func (d *dispatcher) finish(it *item, act action, wait time.Duration) {
 	ps.handling--
 	d.handling--
 	u.taken--
+	if it.win != nil {
+		it.win.w.Done()
+		if act == actPark {
+			act = actDone // nothing is parked across windows: the window aborts instead
+		}
+	}
 	switch {
 	case act == actHold:
 		u.blocked = true
@@ -390,6 +413,10 @@ func (d *dispatcher) stop() {
 		it.timer.Stop()
 		delete(d.parked, it)
 	}
+	for t := range d.timers {
+		t.Stop()
+		delete(d.timers, t)
+	}
 	d.mu.Unlock()
 	d.cond.Broadcast()
 }
@@ -453,11 +480,12 @@ func (d *dispatcher) flowLocked(ps *partState) {
 	if ps.closed.Load() {
 		return
 	}
+	delayed := time.Now().Before(ps.delayed)
 	switch {
-	case !ps.paused && (ps.held >= d.perPart || d.allPaused):
+	case !ps.paused && (ps.held >= d.perPart || d.allPaused || delayed):
 		ps.paused = true
 		d.c.setPaused(ps.tp, true)
-	case ps.paused && ps.held <= d.perPart/2 && !d.allPaused:
+	case ps.paused && ps.held <= d.perPart/2 && !d.allPaused && !delayed:
 		ps.paused = false
 		d.c.setPaused(ps.tp, false)
 	}
@@ -478,4 +506,74 @@ func (d *dispatcher) flowAllLocked() {
 	for _, ps := range d.parts {
 		d.flowLocked(ps)
 	}
+}
+
+// delayLocked pauses ps until until (a retry copy on it is not due before then) and resumes it
+// afterwards, unless back-pressure still holds it (Transactional, DESIGN §3.4).
+func (d *dispatcher) delayLocked(ps *partState, until time.Time) {
+	if !until.After(ps.delayed) {
+		return
+	}
+	ps.delayed = until
+	d.flowLocked(ps)
+	var t *time.Timer
+	t = time.AfterFunc(time.Until(until), func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if _, ok := d.timers[t]; !ok {
+			return // stopped
+		}
+		delete(d.timers, t)
+		d.flowLocked(ps)
+	})
+	d.timers[t] = struct{}{}
+}
+
+// delay is delayLocked for the partition key names, if it is owned.
+func (d *dispatcher) delay(key tp, until time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ps := d.parts[key]; ps != nil {
+		d.delayLocked(ps, until)
+	}
+}
+
+// dropQueued drops every queued record (an aborted window's records are all read again): they are
+// no longer held and their window counts them done. Records in a handler keep running.
+func (d *dispatcher) dropQueued() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	drop := func(u *unit) {
+		for _, it := range u.q {
+			it.ps.held--
+			d.held--
+			if it.win != nil {
+				it.win.w.Done()
+			}
+		}
+		u.q = nil
+	}
+	for _, ps := range d.parts {
+		if ps.single != nil {
+			drop(ps.single)
+		}
+		for _, u := range ps.keys {
+			drop(u)
+		}
+	}
+	for _, u := range d.ready[d.rhead:] {
+		drop(u)
+	}
+	for _, ps := range d.parts {
+		d.flowLocked(ps)
+	}
+	d.flowAllLocked()
+	d.notifyLocked()
+}
+
+// setWindow sets the window the next records are polled into.
+func (d *dispatcher) setWindow(w *txnWindow) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.win = w
 }

@@ -25,6 +25,8 @@ type handleConfig struct {
 	deadLetter         string // "": no dead-letter topic
 	retryTo            string // "": the default retry address
 	retryToSource      bool
+	commitInterval     time.Duration // Transactional: window length
+	windowTimeout      time.Duration // Transactional: barrier bound
 }
 
 func defaultHandleConfig() handleConfig {
@@ -33,6 +35,8 @@ func defaultHandleConfig() handleConfig {
 		ordering:           ByPartition,
 		maxInFlightPerPart: 1024,
 		backoff:            retry.Default(),
+		commitInterval:     100 * time.Millisecond,
+		windowTimeout:      30 * time.Second,
 	}
 }
 
@@ -152,4 +156,18 @@ func RetryTo(topic string) HandleOption {
 // subscriptions must choose it or RetryTo (DESIGN §3.3).
 func RetryToSource() HandleOption {
 	return handleOption(func(c *handleConfig) { c.retryTo, c.retryToSource = "", true })
+}
+
+// CommitInterval sets the length of a Transactional window, overriding the default 100 ms: every
+// interval the poll loop stops polling, waits for the window's records, and ends its transaction
+// (DESIGN §3.4). Longer windows mean fewer transactions and more re-read work after an abort.
+func CommitInterval(d time.Duration) HandleOption {
+	return handleOption(func(c *handleConfig) { c.commitInterval = d })
+}
+
+// WindowTimeout bounds how long a Transactional window waits for its records before it aborts,
+// overriding the default 30 s. Keep it below franz-go's TransactionTimeout (40 s by default) and the
+// group's session timeout (DESIGN §3.4).
+func WindowTimeout(d time.Duration) HandleOption {
+	return handleOption(func(c *handleConfig) { c.windowTimeout = d })
 }

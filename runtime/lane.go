@@ -31,7 +31,7 @@ func (c *consumer) lane() {
 // handle runs one record through the handler and settles it (DESIGN §3.2, §3.8).
 func (c *consumer) handle(it *item) {
 	ps := it.ps
-	if !c.tracked {
+	if !c.tracked && !c.txnMode {
 		c.markTaken(it) // Auto: "stored when handed over"
 	}
 	ev := SettledEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, Offset: it.rec.Offset, Generation: ps.gen}
@@ -45,7 +45,7 @@ func (c *consumer) handle(it *item) {
 	}
 	ev.Attempt = retry.Count(it.rec) + it.inPlace + 1
 	start := time.Now()
-	perr, err := c.invoke(ps.ctx, it, ev.Attempt)
+	perr, err := c.invoke(c.ctxOf(it), it, ev.Attempt)
 	ev.Duration = time.Since(start)
 	if perr != nil {
 		c.log.Error("tidemark: handler panicked", c.recAttrs(it, ev.Attempt, "panic", fmt.Sprint(perr.Value), "stack", string(perr.Stack))...)
@@ -56,6 +56,7 @@ func (c *consumer) handle(it *item) {
 			err = Drop(perr)
 		default:
 			ev.Outcome, ev.Err = OutcomePanic, perr
+			c.abortWindow(it.win, perr)
 			c.obs.Settled(ev)
 			c.d.finish(it, actHold, 0) // never committed; the App shuts down
 			c.app.fail(perr)

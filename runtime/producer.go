@@ -35,13 +35,18 @@ type producer struct {
 	unflushed atomic.Int64
 }
 
-// Publish produces r and waits for the brokers' acknowledgement (acks=all, idempotent). ctx bounds
+// Publish produces r and waits for the brokers' acknowledgement (acks=all, idempotent). With the
+// ctx of a Transactional handler, r is produced inside that handler's transaction (DESIGN §3.4),
+// and a publish after the window ended fails with ErrWindowClosed. ctx bounds
 // the wait for buffer space and the time r may wait unsent in the buffer; once a request carrying r
 // is sent it is not cancelled (an idempotent producer cannot know whether the broker wrote it), so
 // Publish may return after ctx ends. QueueTimeout bounds the wait for buffer space (ErrQueueFull).
 // Errors wrap franz-go's (errors.Is works); after Shutdown has closed the producer it returns
 // ErrClosed.
 func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
+	if tw := windowOf(ctx); tw != nil {
+		return tw.publish(ctx, r) // a Transactional handler's ctx: into its window's transaction
+	}
 	return a.prod.publish(ctx, r)
 }
 

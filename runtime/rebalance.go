@@ -39,6 +39,13 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	if len(pss) == 0 {
 		return
 	}
+	if c.txnMode { // the session aborts the window; End commits, never the callback (DESIGN §3.11)
+		c.abortCurrentWindow(errRevokedWindow)
+		for _, ps := range pss {
+			ps.cancel(errRevoked)
+		}
+		return
+	}
 	if !c.closing.Load() { // at shutdown the drain already ran, bounded by Shutdown's ctx
 		dctx, cancel := context.WithTimeout(ctx, c.app.cfg.revokeDrainTimeout)
 		if err := c.d.waitIdle(dctx, pss); err != nil {
@@ -90,8 +97,19 @@ func (c *consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 		}
 	}
 	c.markMu.Unlock()
+	if c.txnMode {
+		c.abortCurrentWindow(errRevokedWindow)
+	}
 	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "lost", Partitions: lost})
 	for _, ps := range pss {
 		ps.cancel(errLost)
 	}
+}
+
+// abortCurrentWindow aborts the window records are being polled into, if any.
+func (c *consumer) abortCurrentWindow(reason error) {
+	c.d.mu.Lock()
+	tw := c.d.win
+	c.d.mu.Unlock()
+	c.abortWindow(tw, reason)
 }

@@ -51,6 +51,10 @@ func (c *consumer) resolve(it *item, ev SettledEvent, kind outcomeKind, cause er
 		c.retryCopy(it, ev, after)
 	case cfg.deadLetter != "":
 		c.deadLetter(it, ev)
+	case c.txnMode: // DESIGN §3.4: the window aborts and is read again
+		ev.Outcome = OutcomeRetry
+		c.abortWindow(it.win, fmt.Errorf("%w: %w", errRetryInWindow, cause))
+		c.settle(it, ev)
 	case c.tracked:
 		c.retryInPlace(it, ev)
 	default:
@@ -67,8 +71,9 @@ func (c *consumer) retryCopy(it *item, ev SettledEvent, after time.Duration) {
 	if wait <= 0 {
 		wait = max(c.cfg.backoff(ev.Attempt, ev.Err), 0)
 	}
-	cp := retry.Copy(it.rec, c.group, time.Now().Add(wait))
-	ctx := it.ps.ctx
+	due := time.Now().Add(wait)
+	cp := retry.Copy(it.rec, c.group, due)
+	ctx := c.ctxOf(it)
 	if c.cfg.retryTo != "" {
 		cp.Topic = c.cfg.retryTo
 	} else { // the source partition, explicitly: keyless records stay on it too
@@ -80,6 +85,9 @@ func (c *consumer) retryCopy(it *item, ev SettledEvent, after time.Duration) {
 		c.produceFailed(it, ev, "retry copy", err)
 		return
 	}
+	if c.txnMode { // nothing is parked across windows: the copy's partition waits instead
+		c.d.delay(tp{cp.Topic, cp.Partition}, due)
+	}
 	ev.Outcome = OutcomeRetryCopy
 	c.log.Debug("tidemark: retry copy produced", c.recAttrs(it, ev.Attempt, "err", ev.Err, "to", cp.Topic, "not_before", wait)...)
 	c.settle(it, ev)
@@ -89,8 +97,8 @@ func (c *consumer) retryCopy(it *item, ev SettledEvent, after time.Duration) {
 // acknowledged it.
 func (c *consumer) deadLetter(it *item, ev SettledEvent) {
 	rec := dlq.Record(it.rec, c.cfg.deadLetter, c.group, ev.Attempt, ev.Err)
-	rec.Context = it.ps.ctx
-	if err := c.app.Publish(it.ps.ctx, rec); err != nil {
+	rec.Context = c.ctxOf(it)
+	if err := c.app.Publish(rec.Context, rec); err != nil {
 		c.produceFailed(it, ev, "dead-letter record", err)
 		return
 	}
@@ -105,6 +113,12 @@ func (c *consumer) produceFailed(it *item, ev SettledEvent, what string, err err
 	c.log.Error("tidemark: "+what+" not produced; the record stays in flight and is handled again",
 		c.recAttrs(it, ev.Attempt, "err", err)...)
 	ev.Err = fmt.Errorf("tidemark: %s: %w", what, err)
+	if c.txnMode {
+		ev.Outcome = OutcomeRetry
+		c.abortWindow(it.win, ev.Err)
+		c.settle(it, ev)
+		return
+	}
 	c.retryInPlace(it, ev)
 }
 

@@ -95,7 +95,11 @@ func (a *App) stopAll(ctx context.Context) error {
 	// 5. leave the group, then wait for every goroutine
 	for _, c := range cs {
 		c.closing.Store(true)
-		c.cl.CloseAllowingRebalance()
+		if c.sess != nil {
+			c.sess.CloseAllowingRebalance()
+		} else {
+			c.cl.CloseAllowingRebalance()
+		}
 		close(c.stopComm)
 		c.wg.Wait()
 		c.cutWork(errShutdownBound)

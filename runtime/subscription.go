@@ -9,13 +9,17 @@ import (
 
 // A CommitMode says how a subscription turns outcomes into committed offsets (DESIGN §3.2). The
 // zero value is Auto.
-type CommitMode struct{ kind modeKind }
+type CommitMode struct {
+	kind  modeKind
+	txnID string
+}
 
 type modeKind uint8
 
 const (
 	modeAuto modeKind = iota
 	modeTracked
+	modeTxn
 )
 
 var (
@@ -29,10 +33,21 @@ var (
 	Tracked = CommitMode{kind: modeTracked}
 )
 
-// String returns "Auto" or "Tracked".
+// Transactional is the exactly-once mode (DESIGN §3.4): records are consumed in windows of
+// CommitInterval, and each window's consumed offsets commit in one Kafka transaction together with
+// everything its handlers produced (replies, publishes made with the handler's ctx, retry copies,
+// dead-letter records), or none of it does. id is the transactional id: stable per running
+// instance (a pod name, not a random value), so a restarted instance fences its own zombie; a
+// second live instance with the same id is fatal for the older one.
+func Transactional(id string) CommitMode { return CommitMode{kind: modeTxn, txnID: id} }
+
+// String returns "Auto", "Tracked" or "Transactional(id)".
 func (m CommitMode) String() string {
-	if m.kind == modeTracked {
+	switch m.kind {
+	case modeTracked:
 		return "Tracked"
+	case modeTxn:
+		return fmt.Sprintf("Transactional(%q)", m.txnID)
 	}
 	return "Auto"
 }

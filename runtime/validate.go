@@ -58,6 +58,20 @@ func validate(cfg appConfig, regs []registration) error {
 		if r.batchN == 0 && !replies && r.cfg.replyTopic != "" {
 			add(name+": Reply", "the handler publishes no reply: use JSONReply")
 		}
+		if s.mode.kind == modeTxn {
+			if s.mode.txnID == "" {
+				add(name+".Commit", "Transactional needs a transactional id, stable per running instance")
+			}
+			if s.kind == subPartitions {
+				add(name+".Commit", "Transactional needs group membership: manual partitions cannot use it")
+			}
+			if r.cfg.commitInterval <= 0 {
+				add(name+": CommitInterval", "need a positive duration, got %s", r.cfg.commitInterval)
+			}
+			if r.cfg.windowTimeout <= 0 {
+				add(name+": WindowTimeout", "need a positive duration, got %s", r.cfg.windowTimeout)
+			}
+		}
 		if r.cfg.maxAttempts < 0 {
 			add(name+": MaxAttempts", "need at least 1, got %d", r.cfg.maxAttempts)
 		}

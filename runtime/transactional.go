@@ -1,0 +1,217 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidemark-io/tidemark/txn"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var (
+	// ErrFenced is returned by Run (wrapped with the transactional id) when another live instance
+	// uses the subscription's transactional id: Kafka fenced this one (DESIGN §3.4).
+	ErrFenced = errors.New("tidemark: transactional id fenced by another instance")
+
+	// ErrWindowClosed is returned by a publish made with a handler's ctx after that handler's
+	// Transactional window ended (it was aborted or timed out): nothing may leak into the next
+	// transaction.
+	ErrWindowClosed = txn.ErrClosed
+
+	errRetryInWindow = errors.New("tidemark: a handler asked for a retry: the window is read again")
+	errCopyNotDue    = errors.New("tidemark: a retry copy was polled before it was due")
+	errWindowStalled = errors.New("tidemark: window timeout passed before its records settled")
+	errRevokedWindow = errors.New("tidemark: a partition was revoked or lost during the window")
+)
+
+const maxSessionFailures = 5 // consecutive Begin/End failures before Run fails
+
+// txnWindow is one transaction: its records' barrier (txn.Window), the session it writes to, and
+// the handlers' ctx, which carries the window so Publish routes into the transaction.
+type txnWindow struct {
+	w    *txn.Window
+	sess *kgo.GroupTransactSession
+	ctx  context.Context
+	c    *consumer
+}
+
+type windowKey struct{}
+
+func (c *consumer) newWindow() *txnWindow {
+	tw := &txnWindow{w: txn.New(c.workCtx), sess: c.sess, c: c}
+	tw.ctx = context.WithValue(tw.w.Context(), windowKey{}, tw)
+	return tw
+}
+
+// windowOf returns the Transactional window a handler's ctx belongs to, if any.
+func windowOf(ctx context.Context) *txnWindow {
+	tw, _ := ctx.Value(windowKey{}).(*txnWindow)
+	return tw
+}
+
+// publish produces r inside the window's transaction and waits for the brokers' acknowledgement.
+// A failed produce aborts the window (franz-go would commit what succeeded; DESIGN §3.11).
+func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
+	done := make(chan error, 1)
+	if err := tw.w.Produce(func() {
+		tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })
+	}); err != nil {
+		return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)
+	}
+	if err := <-done; err != nil {
+		err = fmt.Errorf("tidemark: publish to %s in a transaction: %w", r.Topic, err)
+		tw.c.abortWindow(tw, err)
+		return err
+	}
+	return nil
+}
+
+// abortWindow aborts tw and drops its queued records: the whole window is read again from the
+// committed offsets after the abort.
+func (c *consumer) abortWindow(tw *txnWindow, reason error) {
+	if tw == nil {
+		return
+	}
+	tw.w.Abort(reason)
+	c.d.dropQueued()
+}
+
+// ctxOf is the ctx a record's handler runs with: its window's in the Transactional mode, its
+// partition's otherwise.
+func (c *consumer) ctxOf(it *item) context.Context {
+	if it.win != nil {
+		return it.win.ctx
+	}
+	return it.ps.ctx
+}
+
+// pollTxn is the Transactional poll loop (DESIGN §3.4): Begin; poll for CommitInterval; seal the
+// window and wait, up to WindowTimeout, until every record polled in it has settled and its
+// outputs are produced; End with TryCommit (TryAbort if anything asked for an abort); repeat.
+// (false, nil) from End is a rebalance abort; ProducerFenced is fatal; other errors rebuild the
+// session from the committed offsets, with backoff, and fail the App after repeated failures.
+// When ctx ends it runs a last window's barrier and End, then returns.
+func (c *consumer) pollTxn(ctx, base context.Context) {
+	aborts, failures := 0, 0
+	for {
+		if err := c.sess.Begin(); err != nil {
+			if !c.sessionFailed(ctx, err, &failures) {
+				return
+			}
+			continue
+		}
+		tw := c.newWindow()
+		c.d.setWindow(tw)
+		end := time.Now().Add(c.cfg.commitInterval)
+		for ctx.Err() == nil && tw.w.Aborted() == nil && time.Now().Before(end) {
+			pctx, cancel := context.WithDeadline(ctx, end)
+			fs := c.sess.PollRecords(pctx, c.app.cfg.maxPollRecords)
+			cancel()
+			if fs.IsClientClosed() {
+				c.sess.AllowRebalance()
+				tw.w.Abort(kgo.ErrClientClosed)
+				break
+			}
+			c.logFetchErrors(fs)
+			events, _, err := c.d.push(fs)
+			c.sess.AllowRebalance()
+			for _, ev := range events {
+				c.obs.Delivered(ev)
+			}
+			if err != nil {
+				c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
+			}
+		}
+		tw.w.Seal()
+		wctx, cancel := context.WithTimeoutCause(base, c.cfg.windowTimeout, errWindowStalled)
+		if err := tw.w.Wait(wctx); err != nil && tw.w.Aborted() == nil {
+			c.abortWindow(tw, err)
+		}
+		cancel()
+		try := kgo.TryCommit
+		if tw.w.Aborted() != nil {
+			try = kgo.TryAbort
+			c.abortWindow(tw, tw.w.Aborted()) // cancels the handlers and drops what is queued
+		}
+		tw.w.Close() // late produces are refused from here on
+		ectx, cancel := context.WithTimeout(base, c.cfg.windowTimeout)
+		committed, err := c.sess.End(ectx, try)
+		cancel()
+		switch {
+		case err != nil:
+			if !c.sessionFailed(ctx, err, &failures) {
+				return
+			}
+		case committed:
+			aborts, failures = 0, 0
+		case try == kgo.TryAbort:
+			aborts++
+			c.log.Warn("tidemark: transaction aborted; the window is read again", "err", tw.w.Aborted(), "aborts", aborts)
+		default:
+			c.log.Info("tidemark: transaction aborted by a rebalance; the window is read again")
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if aborts > 0 && try == kgo.TryAbort {
+			if !sleepCtx(ctx, c.cfg.backoff(aborts, tw.w.Aborted())) {
+				return
+			}
+		}
+	}
+}
+
+// sessionFailed handles an error from Begin or End: fencing is fatal; other errors rebuild the
+// session after a backoff, and fail the App once they repeat. It reports whether to go on.
+func (c *consumer) sessionFailed(ctx context.Context, err error, failures *int) bool {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+		c.app.fail(fmt.Errorf("%w: %s: transactional id %q: %w", ErrFenced, c.sub, c.sub.mode.txnID, err))
+		return false
+	}
+	*failures++
+	c.log.Error("tidemark: transaction failed; rebuilding the session from the committed offsets",
+		"err", err, "failures", *failures)
+	if *failures >= maxSessionFailures {
+		c.app.fail(fmt.Errorf("tidemark: %s: %d transactions failed in a row: %w", c.sub, *failures, err))
+		return false
+	}
+	if !sleepCtx(ctx, c.cfg.backoff(*failures, err)) {
+		return false
+	}
+	old := c.sess
+	old.CloseAllowingRebalance()
+	sess, nerr := kgo.NewGroupTransactSession(c.clientOpts()...)
+	if nerr != nil {
+		c.app.fail(fmt.Errorf("tidemark: %s: rebuild the transactional session: %w", c.sub, nerr))
+		return false
+	}
+	c.d.mu.Lock()
+	c.sess, c.cl = sess, sess.Client()
+	c.d.mu.Unlock()
+	return true
+}
+
+// logFetchErrors logs a poll's fetch errors, except its own cancellation.
+func (c *consumer) logFetchErrors(fs kgo.Fetches) {
+	fs.EachError(func(topic string, partition int32, err error) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		c.log.Warn("tidemark: fetch error", "topic", topic, "partition", partition, "err", err)
+	})
+}
+
+// sleepCtx waits d or until ctx ends; false if ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,227 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// produceInputs writes n records over parts partitions of "in", values "0".."n-1", and returns the
+// input high watermarks.
+func produceInputs(t *testing.T, c *kfaketest.Cluster, n int, parts int32) map[int32]int64 {
+	t.Helper()
+	for i := range n {
+		c.ProduceValues(t, "in", int32(i)%parts, fmt.Sprint(i))
+	}
+	return c.HighWatermarks(t, "in")
+}
+
+// requireOneOutputPerInput reads "out" under read_committed and checks it holds exactly one
+// output per input value 0..n-1.
+func requireOneOutputPerInput(t *testing.T, c *kfaketest.Cluster, n int) {
+	t.Helper()
+	outs := c.ReadAll(t, "out", true)
+	var got []string
+	for _, r := range outs {
+		got = append(got, string(r.Value))
+	}
+	sort.Strings(got)
+	var want []string
+	for i := range n {
+		want = append(want, "out-"+fmt.Sprint(i))
+	}
+	sort.Strings(want)
+	require.Equal(t, want, got, "exactly one output per input under read_committed")
+}
+
+// transform is the read-process-write handler: one output per input, through the handler's ctx.
+func transform(app **runtime.App, hook func(ctx context.Context, d *runtime.Delivery) error) runtime.Handler {
+	return runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+		if hook != nil {
+			if err := hook(ctx, d); err != nil {
+				return err
+			}
+		}
+		return (*app).Publish(ctx, &kgo.Record{Topic: "out", Key: d.Record().Key, Value: []byte("out-" + string(d.Record().Value))})
+	})
+}
+
+func txnApp(c *kfaketest.Cluster, id string, h func(*runtime.App) runtime.Handler, opts ...runtime.HandleOption) *runtime.App {
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional(id)), h(app), opts...)
+	return app
+}
+
+// Read → transform → write: exactly one output per input under read_committed, and the committed
+// offsets equal the input high watermarks (DESIGN §3.4).
+func TestTransactionalReadProcessWrite(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 3), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 100, 3)
+	var app *runtime.App
+	app = txnApp(c, "tx-1", func(a *runtime.App) runtime.Handler { return transform(&app, nil) }, runtime.Workers(4))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	requireOneOutputPerInput(t, c, 100)
+	for _, cm := range c.CommitLog().Of("g", "in", 0) {
+		require.True(t, cm.Txn, "offsets are committed inside transactions: %+v", cm)
+	}
+}
+
+// A retry with no policy aborts the window: a read_committed reader never sees its outputs, and at
+// the end every input has exactly one output (DESIGN §3.4).
+func TestTransactionalRetryAbortsTheWindow(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 3), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 30, 3)
+	var failed atomic.Bool
+	var app *runtime.App
+	app = txnApp(c, "tx-2", func(a *runtime.App) runtime.Handler {
+		return transform(&app, func(ctx context.Context, d *runtime.Delivery) error {
+			if string(d.Record().Value) == "5" && failed.CompareAndSwap(false, true) {
+				return errors.New("once")
+			}
+			return nil
+		})
+	}, runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	require.True(t, failed.Load())
+	requireOneOutputPerInput(t, c, 30)
+	// Outputs of the aborted window exist uncommitted: read_uncommitted sees more than 30.
+	require.Greater(t, len(c.ReadAll(t, "out", false)), 30, "the aborted window had produced outputs")
+}
+
+// A failed produce aborts the window; it is read again and every input ends with exactly one
+// output (DESIGN §3.4).
+func TestTransactionalFailedProduceAborts(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 20, 2)
+	fault := c.FailProduce("out", 1, kerr.InvalidRecord)
+	var app *runtime.App
+	app = txnApp(c, "tx-3", func(a *runtime.App) runtime.Handler { return transform(&app, nil) },
+		runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	require.Equal(t, 1, fault.Hits())
+	requireOneOutputPerInput(t, c, 20)
+}
+
+// Handlers that only ack still commit: the committed offsets reach the high watermarks, markers
+// included (DESIGN §3.4, §3.7a).
+func TestTransactionalAckOnlyCommits(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	hwm := produceInputs(t, c, 10, 2)
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-4")), ack)
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+}
+
+// A second live instance with the same transactional id fences the first: its Run returns
+// ErrFenced; the second finishes, and every input has exactly one output (DESIGN §3.4).
+func TestTransactionalFencing(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 20, 2)
+	var first, second *runtime.App
+	first = txnApp(c, "tx-same", func(a *runtime.App) runtime.Handler { return transform(&first, nil) })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- first.Run(ctx) }()
+	c.WaitCommitted(t, "g", "in", hwm)
+
+	// The second instance takes the id (and one partition); the first's next transaction is fenced.
+	second = txnApp(c, "tx-same", func(a *runtime.App) runtime.Handler { return transform(&second, nil) })
+	start(t, second)
+	var err error
+	for i := 20; err == nil; i += 2 {
+		c.ProduceValues(t, "in", 0, fmt.Sprint(i))
+		c.ProduceValues(t, "in", 1, fmt.Sprint(i+1))
+		select {
+		case err = <-errc:
+		case <-time.After(200 * time.Millisecond):
+			require.Less(t, i, 400, "the first instance was never fenced")
+		}
+		if err != nil {
+			c.WaitCommitted(t, "g", "in", c.HighWatermarks(t, "in"))
+			stop(t, second)
+			requireOneOutputPerInput(t, c, i+2)
+		}
+	}
+	require.ErrorIs(t, err, runtime.ErrFenced)
+	require.ErrorIs(t, err, kerr.ProducerFenced)
+}
+
+// MaxAttempts(2) + DeadLetter on a record that always fails: exactly one dead-letter record under
+// read_committed, and the stream moves on (DESIGN §3.4).
+func TestTransactionalDeadLetter(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("dlq", 1))
+	produceInputs(t, c, 5, 1)
+	var app *runtime.App
+	app = txnApp(c, "tx-5", func(a *runtime.App) runtime.Handler {
+		return transform(&app, func(ctx context.Context, d *runtime.Delivery) error {
+			if string(d.Record().Value) == "2" {
+				return errors.New("always")
+			}
+			return nil
+		})
+	}, runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	start(t, app)
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	// 5 inputs, the retry copy of "2" and the markers of the transactions that wrote copies
+	c.WaitCommitted(t, "g", "in", c.HighWatermarks(t, "in"))
+	stop(t, app)
+	dead := c.ReadAll(t, "dlq", true)
+	require.Len(t, dead, 1)
+	require.Equal(t, "2", string(dead[0].Value))
+	outs := c.ReadAll(t, "out", true)
+	require.Len(t, outs, 4)
+}
+
+// A handler still running when its window aborts (it outlives WindowTimeout) cannot publish into
+// the next transaction: its publish is refused, and the output holds exactly one record per input
+// (DESIGN §3.4).
+func TestTransactionalLateHandlerIsRefused(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 3, 1)
+	var stuck atomic.Bool
+	lateErr := make(chan error, 1)
+	var app *runtime.App
+	app = runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-6")),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if string(d.Record().Value) == "1" && stuck.CompareAndSwap(false, true) {
+				<-ctx.Done() // the window timed out and aborted
+				lateErr <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("late")})
+				return nil
+			}
+			return app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(d.Record().Value))})
+		}), runtime.Workers(2), runtime.Unordered, runtime.WindowTimeout(300*time.Millisecond),
+		runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	start(t, app)
+	require.ErrorIs(t, <-lateErr, runtime.ErrWindowClosed)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	requireOneOutputPerInput(t, c, 3)
+}
+
+// Manual partitions cannot be Transactional (DESIGN §3.10).
+func TestTransactionalManualPartitionsFailStart(t *testing.T) {
+	app := runtime.New(runtime.Brokers("127.0.0.1:1"), runtime.Logger(testLogger()))
+	runtime.Handle(app, runtime.Partitions("in", 0).Group("m").Commit(runtime.Transactional("x")), ack, runtime.RetryToSource())
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, app.Start(context.Background()), &ce)
+	require.Equal(t, `Partitions("in", [0]).Commit`, ce.Option)
+}

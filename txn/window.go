@@ -1,0 +1,137 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// ErrClosed is returned by Window.Produce once the window has been closed: its transaction is
+// ending or has ended, so nothing more may be produced into it.
+var ErrClosed = errors.New("tidemark: transaction window closed")
+
+// A Window is one transaction's records: how many are not done yet, whether it was aborted and
+// why, and a guard that keeps produces out of it once it is closed. The zero value is not usable;
+// create one with New. All methods are safe from any goroutine.
+type Window struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	guard  sync.RWMutex // read-held around a produce; write-held to close
+	closed bool
+
+	mu      sync.Mutex
+	pending int
+	sealed  bool
+	idle    chan struct{} // closed once sealed with nothing pending
+	aborted error
+}
+
+// New returns an open window whose Context is a child of parent.
+func New(parent context.Context) *Window {
+	ctx, cancel := context.WithCancelCause(parent)
+	return &Window{ctx: ctx, cancel: cancel, idle: make(chan struct{})}
+}
+
+// Context returns the window's context: the handlers' ctx, cancelled when the window aborts.
+func (w *Window) Context() context.Context { return w.ctx }
+
+// Add counts n more records into the window. It panics if the window is sealed.
+func (w *Window) Add(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sealed {
+		panic("txn: Add on a sealed window")
+	}
+	w.pending += n
+}
+
+// Done marks one record of the window done (settled with its outputs produced, or dropped).
+func (w *Window) Done() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending--
+	w.maybeIdle()
+}
+
+// Pending returns how many records of the window are not done.
+func (w *Window) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pending
+}
+
+// Seal ends the window's polling: no record is added after it, and Wait can return.
+func (w *Window) Seal() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sealed = true
+	w.maybeIdle()
+}
+
+func (w *Window) maybeIdle() {
+	if w.sealed && w.pending <= 0 {
+		select {
+		case <-w.idle:
+		default:
+			close(w.idle)
+		}
+	}
+}
+
+// Wait returns nil once the window is sealed and every record is done, the abort reason once it
+// is aborted, or ctx's error.
+func (w *Window) Wait(ctx context.Context) error {
+	select {
+	case <-w.idle:
+		return w.Aborted()
+	case <-w.ctx.Done():
+		return w.Aborted()
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Abort marks the window aborted for reason (the first reason wins) and cancels its context.
+func (w *Window) Abort(reason error) {
+	w.mu.Lock()
+	if w.aborted == nil {
+		w.aborted = reason
+	}
+	w.mu.Unlock()
+	w.cancel(reason)
+}
+
+// Aborted returns the reason the window was aborted, or nil.
+func (w *Window) Aborted() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.aborted
+}
+
+// Produce runs produce (which must not block for long: it hands a record to the client) unless
+// the window is closed, in which case it returns ErrClosed and runs nothing.
+func (w *Window) Produce(produce func()) error {
+	w.guard.RLock()
+	defer w.guard.RUnlock()
+	if w.closed {
+		return ErrClosed
+	}
+	produce()
+	return nil
+}
+
+// Close refuses every later Produce and waits for the ones under way to hand their records over.
+// After Close the transaction can end without a produce racing it.
+func (w *Window) Close() {
+	w.guard.Lock()
+	defer w.guard.Unlock()
+	w.closed = true
+}
+
+// Closed reports whether Close was called.
+func (w *Window) Closed() bool {
+	w.guard.RLock()
+	defer w.guard.RUnlock()
+	return w.closed
+}
