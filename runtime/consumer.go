@@ -116,6 +116,7 @@ func (c *consumer) clientOpts() []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(a.cfg.brokers...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ProducerLinger(0), // Transactional handlers wait for each produce: no linger by default
 	}
 	opts = append(opts, a.cfg.clientOpts...)
 	opts = append(opts, c.sub.opts...)

@@ -245,3 +245,49 @@ func runBatchCrashChild(t *testing.T, env kfaketest.ChildEnv) {
 	err := app.Run(context.Background())
 	t.Fatalf("child run %d: Run returned: %v", env.Run, err)
 }
+
+// A SIGKILLed Transactional consumer restarted with the same transactional id fences its zombie,
+// aborts its open transaction, and resumes from the committed offsets: exactly one output per input
+// under read_committed (DESIGN §3.4).
+func TestCrashTransactionalExactlyOnce(t *testing.T) {
+	if env, ok := kfaketest.Child(); ok {
+		runTxnCrashChild(t, env)
+		return
+	}
+	const n = 300
+	c := kfaketest.New(t, kfaketest.Topic("in", 2), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, n, 2)
+	p := c.Spawn(t, nil)
+	c.CommitLog().Wait(t, func(cs []kfaketest.Commit) bool { return len(cs) >= 2 }) // one window committed
+	p.Kill(t)
+	require.NotEqual(t, hwm, c.Committed(t, "g", "in"), "killed mid-stream")
+	p.Restart(t)
+	c.WaitCommitted(t, "g", "in", hwm)
+	p.Kill(t)
+	requireOneOutputPerInput(t, c, n)
+	for _, e := range p.Events() {
+		require.NotEqual(t, kfaketest.EventNote, e.Kind, "%+v", e)
+	}
+}
+
+// runTxnCrashChild runs a Transactional read-process-write App with a fixed transactional id.
+func runTxnCrashChild(t *testing.T, env kfaketest.ChildEnv) {
+	app := runtime.New(
+		runtime.Brokers(env.Brokers...),
+		runtime.ClientOpts(kfaketest.FastOpts()...),
+		runtime.InstanceID(env.InstanceID),
+		runtime.Logger(testLogger()),
+		runtime.MaxPollRecords(10),
+	)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-crash")),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			time.Sleep(2 * time.Millisecond) // work, so the kill lands mid-stream
+			if err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(d.Record().Value))}); err != nil {
+				return err
+			}
+			return nil
+		}), runtime.Workers(2), runtime.MaxInFlightPerPartition(10)) // small windows: many transactions
+	err := app.Run(context.Background())
+	env.Log.Note("run-returned", fmt.Sprint(err))
+	t.Fatalf("child run %d: Run returned: %v", env.Run, err)
+}

@@ -100,9 +100,10 @@ func MaxPollRecords(n int) Option {
 	return appOption(func(c *appConfig) { c.maxPollRecords = n })
 }
 
-// ProducerOpts adds franz-go options for the App's producer only (linger, batch size,
-// MaxBufferedRecords, compression), after the connection settings it shares with the consumers
-// through ClientOpts. Idempotence and acks=all stay on (DESIGN §3.9).
+// ProducerOpts adds franz-go options for the App's producer (and the Transactional sessions, which
+// produce too): linger (Tidemark's default is 0, since every publish waits for its
+// acknowledgement), batch size, MaxBufferedRecords, compression. They come after the connection
+// settings shared through ClientOpts. Idempotence and acks=all stay on (DESIGN §3.9).
 func ProducerOpts(opts ...kgo.Opt) Option {
 	return appOption(func(c *appConfig) { c.producerOpts = append(c.producerOpts, opts...) })
 }

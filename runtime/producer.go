@@ -155,12 +155,14 @@ func (p *producer) client() (chan struct{}, error) {
 	return p.slots, nil
 }
 
-// opts builds the producer's options: seeds, the App's ClientOpts without consumer and group
+// opts builds the producer's options: seeds, no linger, the App's ClientOpts without consumer and group
 // options (connection settings, TLS, SASL, dialer apply to both), ProducerOpts, then the
 // partitioner that pins retry copies to their source partition. Idempotence and acks=all stay
 // franz-go's defaults.
 func (p *producer) opts() []kgo.Opt {
-	opts := []kgo.Opt{kgo.SeedBrokers(p.app.cfg.brokers...)}
+	// Every publish waits for its acknowledgement, so lingering only adds latency: no linger unless
+	// ProducerOpts sets one.
+	opts := []kgo.Opt{kgo.SeedBrokers(p.app.cfg.brokers...), kgo.ProducerLinger(0)}
 	for _, o := range p.app.cfg.clientOpts {
 		switch o.(type) {
 		case kgo.ConsumerOpt, kgo.GroupOpt:

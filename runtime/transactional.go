@@ -55,6 +55,9 @@ func windowOf(ctx context.Context) *txnWindow {
 // publish produces r inside the window's transaction and waits for the brokers' acknowledgement.
 // A failed produce aborts the window (franz-go would commit what succeeded; DESIGN §3.11).
 func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
+	if cause := tw.w.Aborted(); cause != nil {
+		return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrWindowClosed, cause)
+	}
 	done := make(chan error, 1)
 	if err := tw.w.Produce(func() {
 		tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })

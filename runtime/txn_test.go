@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,7 +58,11 @@ func transform(app **runtime.App, hook func(ctx context.Context, d *runtime.Deli
 }
 
 func txnApp(c *kfaketest.Cluster, id string, h func(*runtime.App) runtime.Handler, opts ...runtime.HandleOption) *runtime.App {
-	app := runtime.New(appOpts(c)...)
+	return txnAppWith(c, nil, id, h, opts...)
+}
+
+func txnAppWith(c *kfaketest.Cluster, appExtra []runtime.Option, id string, h func(*runtime.App) runtime.Handler, opts ...runtime.HandleOption) *runtime.App {
+	app := runtime.New(appOpts(c, appExtra...)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional(id)), h(app), opts...)
 	return app
 }
@@ -224,4 +229,59 @@ func TestTransactionalManualPartitionsFailStart(t *testing.T) {
 	var ce *runtime.ConfigError
 	require.ErrorAs(t, app.Start(context.Background()), &ce)
 	require.Equal(t, `Partitions("in", [0]).Commit`, ce.Option)
+}
+
+// A second member joining mid-stream rebalances the group; the windows it cuts short abort, and
+// every input still has exactly one output across both members (DESIGN §3.4).
+func TestTransactionalMemberJoinsMidStream(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 4), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 1000, 4)
+	slow := func(ctx context.Context, d *runtime.Delivery) error {
+		time.Sleep(time.Millisecond) // work, so the join lands mid-stream
+		return nil
+	}
+	var a, b *runtime.App
+	// Small polls and back-pressure keep each 100 ms window to a few dozen records: many windows.
+	small := []runtime.Option{runtime.MaxPollRecords(10)}
+	a = txnAppWith(c, small, "tx-a", func(*runtime.App) runtime.Handler { return transform(&a, slow) }, runtime.MaxInFlightPerPartition(10))
+	start(t, a)
+	c.CommitLog().Wait(t, func(cs []kfaketest.Commit) bool { return len(cs) > 0 })
+	b = txnAppWith(c, small, "tx-b", func(*runtime.App) runtime.Handler { return transform(&b, slow) }, runtime.MaxInFlightPerPartition(10))
+	start(t, b)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, a)
+	stop(t, b)
+	requireOneOutputPerInput(t, c, 1000)
+	members := map[string]bool{}
+	for _, cm := range c.CommitLog().All() {
+		members[cm.TxnID] = true
+	}
+	require.Equal(t, map[string]bool{"tx-a": true, "tx-b": true}, members, "both members committed")
+}
+
+// RetryAfter in the Transactional mode: the copy is produced inside the window and its partition
+// waits until it is due; nothing is parked across windows (DESIGN §3.4).
+func TestTransactionalRetryAfter(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	produceInputs(t, c, 5, 1)
+	var handledAt sync.Map
+	var app *runtime.App
+	app = txnApp(c, "tx-7", func(*runtime.App) runtime.Handler {
+		return transform(&app, func(ctx context.Context, d *runtime.Delivery) error {
+			handledAt.Store(fmt.Sprint(string(d.Record().Value), "#", d.Attempt()), time.Now())
+			if string(d.Record().Value) == "3" && d.Attempt() == 1 {
+				return runtime.RetryAfter(300*time.Millisecond, errors.New("later"))
+			}
+			return nil
+		})
+	})
+	start(t, app)
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "out", true)) == 5 }, 10*time.Second, 10*time.Millisecond)
+	c.WaitCommitted(t, "g", "in", c.HighWatermarks(t, "in"))
+	stop(t, app)
+	requireOneOutputPerInput(t, c, 5)
+	first, ok1 := handledAt.Load("3#1")
+	second, ok2 := handledAt.Load("3#2")
+	require.True(t, ok1 && ok2)
+	require.GreaterOrEqual(t, second.(time.Time).Sub(first.(time.Time)), 300*time.Millisecond-5*time.Millisecond)
 }
