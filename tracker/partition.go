@@ -1,0 +1,168 @@
+package tracker
+
+import "sync/atomic"
+
+// A Partition tracks the deliveries of one topic partition and computes its [Watermark]
+// (DESIGN §3.1). Create it with [NewPartition] or [Tracker.Partition].
+//
+// Deliver and Reset belong to one goroutine, the poll loop that fetches the partition; every other
+// method may be called from any goroutine, concurrently with them and with each other. Deliver and
+// Complete take no lock.
+type Partition struct {
+	// Set by NewPartition, then only read.
+	ring     []slot
+	mask     uint64 // len(ring) - 1
+	capacity uint64
+	slack    uint64 // len(ring) - capacity >= 1: how far the head may move before a slot at it is reused
+
+	_ cacheLinePad
+
+	// Owned by the deliverer goroutine.
+	tail     uint64 // sequence number of the next delivery
+	headSeen uint64 // the head when the deliverer last looked: at or below the head
+	highest  int64  // highest delivered offset of this generation, if any
+	any      bool   // whether this generation has a delivery
+
+	_ cacheLinePad
+
+	// head is the sequence number of the oldest delivery of this generation not yet completed, or
+	// tail when there is none. Completers advance it by compare-and-swap; Reset moves it to tail. It
+	// never decreases.
+	head atomic.Uint64
+
+	_ cacheLinePad
+
+	// version is 2*(generation-1), and odd while a new generation is being set up (a sequence lock
+	// with one writer, the deliverer; readers retry around it).
+	version atomic.Uint64
+	// start is the sequence number of the first delivery of this generation.
+	start atomic.Uint64
+	// reported is the key (see Partition.read) of the last watermark Moved returned; 0 for none.
+	reported atomic.Uint64
+}
+
+// NewPartition returns an empty Partition in generation 1 whose ring holds capacity deliveries (the
+// runtime passes MaxInFlightPerPartition + MaxPollRecords). It panics if capacity < 1. Memory is
+// about 24 bytes per slot, capacity rounded up to the next power of two above it.
+func NewPartition(capacity int) *Partition {
+	n := ringSize(capacity)
+	p := &Partition{
+		ring:     make([]slot, n),
+		mask:     uint64(n - 1),
+		capacity: uint64(capacity),
+		slack:    uint64(n - capacity),
+		tail:     1, // sequence 0 is the zero Delivery's
+		headSeen: 1,
+	}
+	p.head.Store(1)
+	p.start.Store(1)
+	return p
+}
+
+// Deliver records that the record at offset, with leader epoch epoch (as fetched, -1 if unknown), was
+// received and is now in flight, and returns its token for [Partition.Complete]. An offset at or below
+// the highest delivered offset of the generation is a rewind: it starts a new generation first, as
+// Reset does. Deliver returns [ErrFull] and records nothing when the ring holds its capacity of
+// deliveries (the oldest in flight and all after it). Only the partition's deliverer goroutine may
+// call it.
+func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
+	if p.any && offset <= p.highest {
+		p.newGeneration()
+	}
+	seq := p.tail
+	if seq-p.headSeen >= p.capacity { // the head only moves up: look at it only when it may be full
+		if p.headSeen = p.head.Load(); seq-p.headSeen >= p.capacity {
+			return Delivery{}, ErrFull
+		}
+	}
+	s := &p.ring[seq&p.mask]
+	s.offset.Store(offset)
+	if s.epoch.Load() != epoch { // epochs rarely change: skip the store when the slot has it already
+		s.epoch.Store(epoch)
+	}
+	s.word.Store(pack(seq, p.any && offset == p.highest+1, stateInFlight))
+	p.tail = seq + 1
+	p.highest, p.any = offset, true
+	return Delivery{seq: seq, offset: offset}, nil
+}
+
+// Complete settles a delivery of this Partition (DESIGN §3.1), from any goroutine, and says what it did:
+// [Completed] if the delivery was in flight (the watermark moves if it was the oldest), [Duplicate] if
+// it was already completed in this generation, [Stale] if it was taken before the current generation
+// began (a Reset or a rewind), or is the zero Delivery. Only Completed changes anything. A completion
+// that races with Reset reports Completed or Stale; either way the new generation is unaffected.
+func (p *Partition) Complete(d Delivery) Result {
+	if d.seq == 0 {
+		return Stale
+	}
+	s := &p.ring[d.seq&p.mask]
+	w := s.word.Load()
+	if seqOf(w) == d.seq && stateOf(w) == stateInFlight {
+		if s.word.CompareAndSwap(w, w&^stateMask|stateDone) {
+			if p.head.Load() == d.seq { // else the head is behind: whoever moves it up to here looks again
+				p.advance()
+			}
+			return Completed
+		}
+		w = s.word.Load() // completed by another goroutine, or killed by a new generation
+	}
+	switch seq := seqOf(w); {
+	case seq < d.seq: // never delivered here: a token of another Partition
+		return Stale
+	case seq == d.seq && stateOf(w) == stateDead:
+		return Stale
+	case d.seq < p.start.Load(): // completed, then a new generation began; or its slot reused since
+		return Stale
+	default: // completed in this generation (its slot may have been reused since)
+		return Duplicate
+	}
+}
+
+// advance moves the head past completed slots. It is called by the completer of the slot at the head,
+// and by readers that find a completed slot there. Whoever moves the head looks again from the new
+// head, so a slot completed while the head was below it is never left behind: its completer saw a
+// head below its slot before the head reached it, hence after it completed the slot, and the
+// goroutine that moved the head there reads it afterwards. A goroutine whose compare-and-swap fails
+// leaves the rest to the one that succeeded.
+func (p *Partition) advance() {
+	for {
+		h := p.head.Load()
+		n := h
+		for {
+			w := p.ring[n&p.mask].word.Load()
+			if seqOf(w) != n || stateOf(w) != stateDone {
+				break
+			}
+			n++
+		}
+		if n == h || !p.head.CompareAndSwap(h, n) {
+			return
+		}
+	}
+}
+
+// Reset starts a new generation (a revoke or a seek, DESIGN §3.1): the partition forgets its
+// deliveries, has no watermark until the next Deliver, and completing any delivery taken before the
+// Reset returns [Stale] and changes nothing. Only the partition's deliverer goroutine may call it. It
+// costs one pass over the deliveries still in the ring.
+func (p *Partition) Reset() { p.newGeneration() }
+
+func (p *Partition) newGeneration() {
+	p.version.Add(1) // odd: readers wait for the new generation
+	t := p.tail
+	h := p.head.Swap(t) // a completer's compare-and-swap from an older head now fails
+	p.headSeen = t
+	p.start.Store(t)
+	for seq := h; seq < t; seq++ { // every slot still in flight is at or after the old head
+		s := &p.ring[seq&p.mask]
+		if w := s.word.Load(); seqOf(w) == seq && stateOf(w) == stateInFlight {
+			s.word.CompareAndSwap(w, w&^stateMask|stateDead) // fails only if Complete won the slot
+		}
+	}
+	p.any = false
+	p.version.Add(1)
+}
+
+// Generation returns the partition's generation: 1 for a new Partition, plus one for every Reset and
+// every rewind. Safe from any goroutine.
+func (p *Partition) Generation() uint64 { return p.version.Load()>>1 + 1 }

@@ -1,0 +1,371 @@
+package tracker
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// deliverAll delivers offsets in order with epoch 0 and returns their tokens by offset.
+func deliverAll(t testing.TB, p *Partition, offsets ...int64) map[int64]Delivery {
+	t.Helper()
+	tokens := make(map[int64]Delivery, len(offsets))
+	for _, o := range offsets {
+		d, err := p.Deliver(o, 0)
+		require.NoError(t, err, "deliver %d", o)
+		require.Equal(t, o, d.Offset())
+		tokens[o] = d
+	}
+	return tokens
+}
+
+// span returns the offsets from..to, both included.
+func span(from, to int64) []int64 {
+	var out []int64
+	for o := from; o <= to; o++ {
+		out = append(out, o)
+	}
+	return out
+}
+
+// watermark returns the partition's watermark offset, failing if it has none.
+func watermark(t testing.TB, p *Partition) int64 {
+	t.Helper()
+	wm, ok := p.Watermark()
+	require.True(t, ok, "no watermark")
+	return wm.Offset
+}
+
+// The committable next offset is the lowest delivered offset in flight, or the highest delivered + 1
+// when none is; offsets never delivered never hold it back (DESIGN §3.1).
+func TestWatermarkFollowsTheRule(t *testing.T) {
+	type step struct {
+		complete []int64
+		results  []Result // one per completion; nil means all Completed
+		want     int64
+	}
+	cases := []struct {
+		name    string
+		deliver []int64
+		steps   []step
+	}{
+		{"a gap never blocks: deliver 0,1,3 (2 never came)", []int64{0, 1, 3}, []step{
+			{complete: []int64{0}, want: 1},
+			{complete: []int64{1}, want: 3},
+			{complete: []int64{3}, want: 4},
+		}},
+		{"the lowest unfinished offset holds: deliver 10..15, complete all but 12 and 15", span(10, 15), []step{
+			{complete: []int64{10, 11, 13, 14}, want: 12},
+			{complete: []int64{12}, want: 15},
+			{complete: []int64{15}, want: 16},
+		}},
+		{"completions above the oldest wait for it: deliver 3,4,5", []int64{3, 4, 5}, []step{
+			{complete: []int64{4}, want: 3},
+			{complete: []int64{5}, want: 3},
+			{complete: []int64{3}, want: 6},
+		}},
+		{"out of order with a gap and a duplicate: deliver 0..3,5..8", []int64{0, 1, 2, 3, 5, 6, 7, 8}, []step{
+			{complete: []int64{5, 2, 8}, want: 0},
+			{complete: []int64{0}, want: 1},
+			{complete: []int64{3}, want: 1},
+			{complete: []int64{1}, want: 6},
+			{complete: []int64{7, 7}, results: []Result{Completed, Duplicate}, want: 6},
+			{complete: []int64{6}, want: 9},
+		}},
+		{"a single delivery: deliver 42", []int64{42}, []step{
+			{complete: []int64{42}, want: 43},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := NewPartition(64)
+			tokens := deliverAll(t, p, c.deliver...)
+			require.Equal(t, c.deliver[0], watermark(t, p), "before any completion")
+			for _, s := range c.steps {
+				for i, o := range s.complete {
+					want := Completed
+					if s.results != nil {
+						want = s.results[i]
+					}
+					require.Equal(t, want, p.Complete(tokens[o]), "complete %d", o)
+				}
+				require.Equal(t, s.want, watermark(t, p), "after completing %v", s.complete)
+			}
+		})
+	}
+}
+
+// A generation without deliveries has nothing to commit.
+func TestNoWatermarkBeforeTheFirstDelivery(t *testing.T) {
+	p := NewPartition(4)
+	_, ok := p.Watermark()
+	require.False(t, ok)
+	_, ok = p.Moved()
+	require.False(t, ok)
+	_, ok = p.Oldest()
+	require.False(t, ok)
+	require.Equal(t, 0, p.InFlight())
+	require.Equal(t, uint64(1), p.Generation())
+}
+
+// A reset (revoke or seek) clears the state; completing a delivery taken before it changes nothing.
+func TestResetMakesEarlierDeliveriesStale(t *testing.T) {
+	p := NewPartition(8)
+	old := deliverAll(t, p, 0, 1, 2)
+	require.Equal(t, Completed, p.Complete(old[0]))
+	require.Equal(t, int64(1), watermark(t, p))
+
+	p.Reset()
+	require.Equal(t, uint64(2), p.Generation())
+	_, ok := p.Watermark()
+	require.False(t, ok, "no watermark until the new generation's first delivery")
+	require.Equal(t, 0, p.InFlight())
+	require.Equal(t, Stale, p.Complete(old[1]), "in flight before the reset")
+	_, ok = p.Watermark()
+	require.False(t, ok)
+
+	fresh := deliverAll(t, p, 7)
+	require.Equal(t, int64(7), watermark(t, p))
+	require.Equal(t, Stale, p.Complete(old[2]))
+	require.Equal(t, Stale, p.Complete(old[0]), "completed before the reset, completed again")
+	require.Equal(t, int64(7), watermark(t, p))
+	require.Equal(t, Completed, p.Complete(fresh[7]))
+	require.Equal(t, int64(8), watermark(t, p))
+}
+
+// A delivery at or below the highest delivered offset is a rewind: a new generation, in which the
+// pre-rewind delivery of the same offset is stale (DESIGN §3.1).
+func TestRewindStartsANewGeneration(t *testing.T) {
+	t.Run("the same offset delivered again", func(t *testing.T) {
+		p := NewPartition(8)
+		first, err := p.Deliver(5, 0)
+		require.NoError(t, err)
+		wm, ok := p.Moved()
+		require.True(t, ok)
+		require.Equal(t, int64(5), wm.Offset)
+
+		second, err := p.Deliver(5, 0)
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), p.Generation())
+		require.NotEqual(t, first, second)
+		wm, ok = p.Moved()
+		require.True(t, ok, "a new generation's first watermark is reported even if equal")
+		require.Equal(t, int64(5), wm.Offset)
+
+		require.Equal(t, Stale, p.Complete(first))
+		require.Equal(t, int64(5), watermark(t, p))
+		_, ok = p.Moved()
+		require.False(t, ok, "a stale completion moves nothing")
+		require.Equal(t, 1, p.InFlight())
+
+		require.Equal(t, Completed, p.Complete(second))
+		wm, ok = p.Moved()
+		require.True(t, ok)
+		require.Equal(t, Watermark{Offset: 6}, wm)
+	})
+	t.Run("a lower offset", func(t *testing.T) {
+		p := NewPartition(8)
+		old := deliverAll(t, p, 5, 6, 7)
+		require.Equal(t, Completed, p.Complete(old[5]))
+		wm, ok := p.Moved()
+		require.True(t, ok)
+		require.Equal(t, int64(6), wm.Offset)
+
+		again := deliverAll(t, p, 3, 4)
+		require.Equal(t, uint64(2), p.Generation())
+		wm, ok = p.Moved()
+		require.True(t, ok, "reported although lower than the last report")
+		require.Equal(t, int64(3), wm.Offset)
+		require.Equal(t, 2, p.InFlight())
+		for _, o := range []int64{5, 6, 7} {
+			require.Equal(t, Stale, p.Complete(old[o]), "offset %d", o)
+		}
+		require.Equal(t, Completed, p.Complete(again[3]))
+		require.Equal(t, Completed, p.Complete(again[4]))
+		require.Equal(t, int64(5), watermark(t, p))
+	})
+}
+
+// When the ring holds its capacity (the oldest in-flight delivery and all after it), Deliver refuses
+// and records nothing; completing the oldest frees room.
+func TestFullRingRefusesAndRecordsNothing(t *testing.T) {
+	p := NewPartition(3)
+	tokens := deliverAll(t, p, 0, 1, 2)
+	before, _ := p.Watermark()
+
+	_, err := p.Deliver(3, 0)
+	require.ErrorIs(t, err, ErrFull)
+	after, ok := p.Watermark()
+	require.True(t, ok)
+	require.Equal(t, before, after)
+	require.Equal(t, 3, p.InFlight())
+	require.Equal(t, uint64(1), p.Generation())
+
+	require.Equal(t, Completed, p.Complete(tokens[1]))
+	_, err = p.Deliver(3, 0)
+	require.ErrorIs(t, err, ErrFull, "a completion behind the oldest frees nothing")
+	require.Equal(t, 2, p.InFlight())
+
+	require.Equal(t, Completed, p.Complete(tokens[0]))
+	d3, err := p.Deliver(3, 0)
+	require.NoError(t, err, "the oldest completed: the head moved past 0 and 1")
+	_, err = p.Deliver(4, 0)
+	require.NoError(t, err)
+	_, err = p.Deliver(5, 0)
+	require.ErrorIs(t, err, ErrFull)
+	require.Equal(t, int64(2), watermark(t, p))
+
+	require.Equal(t, Completed, p.Complete(tokens[2]))
+	require.Equal(t, Completed, p.Complete(d3))
+	require.Equal(t, int64(4), watermark(t, p))
+}
+
+// A ring of one delivery still follows the rule, lap after lap.
+func TestCapacityOfOne(t *testing.T) {
+	p := NewPartition(1)
+	for o := int64(0); o < 10; o++ {
+		d, err := p.Deliver(o*2, 0)
+		require.NoError(t, err)
+		_, err = p.Deliver(o*2+1, 0)
+		require.ErrorIs(t, err, ErrFull)
+		require.Equal(t, o*2, watermark(t, p))
+		require.Equal(t, Completed, p.Complete(d))
+		require.Equal(t, o*2+1, watermark(t, p))
+		require.Equal(t, Duplicate, p.Complete(d))
+	}
+}
+
+// Moved reports each watermark once, so the runtime marks once per partition per move.
+func TestMovedReportsOncePerMove(t *testing.T) {
+	p := NewPartition(16)
+	moved := func() (int64, bool) {
+		wm, ok := p.Moved()
+		return wm.Offset, ok
+	}
+	tokens := deliverAll(t, p, 0, 1)
+	steps := []struct {
+		name string
+		do   func()
+		want int64 // -1: no move
+	}{
+		{"the first delivery gives the first watermark", func() {}, 0},
+		{"asking again reports nothing", func() {}, -1},
+		{"a completion above the oldest moves nothing", func() { p.Complete(tokens[1]) }, -1},
+		{"completing the oldest moves it", func() { p.Complete(tokens[0]) }, 2},
+		{"a contiguous delivery keeps the same offset", func() { tokens[2] = deliverAll(t, p, 2)[2] }, -1},
+		{"its completion moves it", func() { p.Complete(tokens[2]) }, 3},
+		{"a delivery after a gap moves it to the delivered offset", func() { tokens[9] = deliverAll(t, p, 9)[9] }, 9},
+		{"two moves between reports are reported once, as the latest", func() {
+			tokens[10] = deliverAll(t, p, 10)[10]
+			p.Complete(tokens[9])
+			p.Complete(tokens[10])
+		}, 11},
+		{"a reset reports nothing until a delivery", func() { p.Reset() }, -1},
+		{"the new generation's first watermark is reported though lower", func() { deliverAll(t, p, 4) }, 4},
+	}
+	for _, s := range steps {
+		s.do()
+		got, ok := moved()
+		if s.want < 0 {
+			require.False(t, ok, "%s: got %d", s.name, got)
+			continue
+		}
+		require.True(t, ok, s.name)
+		require.Equal(t, s.want, got, s.name)
+	}
+}
+
+// The watermark carries the leader epoch of the record it came from (DESIGN §3.11: never invented).
+func TestWatermarkCarriesTheRecordsEpoch(t *testing.T) {
+	p := NewPartition(8)
+	d0, err := p.Deliver(0, 3)
+	require.NoError(t, err)
+	d1, err := p.Deliver(1, 4)
+	require.NoError(t, err)
+	cases := []struct {
+		name string
+		do   func()
+		want Watermark
+	}{
+		{"in flight: the delivery at the watermark", func() {}, Watermark{0, 3}},
+		{"the next in flight after a completion", func() { p.Complete(d0) }, Watermark{1, 4}},
+		{"nothing in flight: the highest delivered", func() { p.Complete(d1) }, Watermark{2, 4}},
+		{"a contiguous delivery in flight: its own epoch", func() { _, _ = p.Deliver(2, 5) }, Watermark{2, 5}},
+		{"an unknown epoch is carried as given", func() { p.Reset(); _, _ = p.Deliver(7, -1) }, Watermark{7, -1}},
+	}
+	for _, c := range cases {
+		c.do()
+		wm, ok := p.Watermark()
+		require.True(t, ok, c.name)
+		require.Equal(t, c.want, wm, c.name)
+	}
+}
+
+// Oldest and InFlight describe what still holds the partition back.
+func TestOldestAndInFlight(t *testing.T) {
+	p := NewPartition(8)
+	tokens := deliverAll(t, p, 4, 5, 9)
+	oldest := func() int64 {
+		o, ok := p.Oldest()
+		require.True(t, ok)
+		return o
+	}
+	require.Equal(t, int64(4), oldest())
+	require.Equal(t, 3, p.InFlight())
+	p.Complete(tokens[5])
+	require.Equal(t, int64(4), oldest())
+	require.Equal(t, 2, p.InFlight())
+	p.Complete(tokens[4])
+	require.Equal(t, int64(9), oldest())
+	require.Equal(t, 1, p.InFlight())
+	p.Complete(tokens[9])
+	_, ok := p.Oldest()
+	require.False(t, ok)
+	require.Equal(t, 0, p.InFlight())
+	require.Equal(t, int64(10), watermark(t, p))
+}
+
+// Tokens that were never delivered here change nothing.
+func TestCompleteOfTheZeroDeliveryIsStale(t *testing.T) {
+	p := NewPartition(4)
+	require.Equal(t, Stale, p.Complete(Delivery{}))
+	deliverAll(t, p, 1)
+	require.Equal(t, Stale, p.Complete(Delivery{}))
+	require.Equal(t, int64(1), watermark(t, p))
+	require.Equal(t, int64(0), Delivery{}.Offset())
+}
+
+// Many laps of the ring keep sequence numbers and slots apart.
+func TestManyLapsOfTheRing(t *testing.T) {
+	p := NewPartition(5)
+	var held []Delivery
+	for o := int64(0); o < 1000; o++ {
+		d, err := p.Deliver(o, int32(o/100))
+		if err != nil {
+			require.ErrorIs(t, err, ErrFull)
+			// complete newest first: the watermark stays at the oldest until it goes
+			for i := len(held) - 1; i >= 0; i-- {
+				require.Equal(t, held[0].Offset(), watermark(t, p))
+				require.Equal(t, Completed, p.Complete(held[i]))
+			}
+			require.Equal(t, Duplicate, p.Complete(held[0]))
+			held = held[:0]
+			require.Equal(t, o, watermark(t, p))
+			d, err = p.Deliver(o, int32(o/100))
+			require.NoError(t, err)
+		}
+		held = append(held, d)
+	}
+}
+
+func TestResultString(t *testing.T) {
+	require.Equal(t, "completed", Completed.String())
+	require.Equal(t, "stale", Stale.String())
+	require.Equal(t, "duplicate", Duplicate.String())
+	require.Equal(t, "Result(0)", Result(0).String())
+}
+
+func TestCapacityBelowOnePanics(t *testing.T) {
+	require.Panics(t, func() { NewPartition(0) })
+	require.Panics(t, func() { New(-1) })
+}
