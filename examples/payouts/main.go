@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// main parses the flags, runs the demo until every record has settled (or -timeout, or Ctrl-C)
+// and exits 0 when it did, 1 otherwise.
+func main() {
+	var (
+		cfg     config
+		brokers string
+		verbose bool
+	)
+	flag.StringVar(&brokers, "brokers", "", "comma-separated seed brokers of a real cluster to use instead of the embedded one")
+	flag.BoolVar(&cfg.seed, "seed", false, "with -brokers: create the topics and produce the bundled input first")
+	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up if not every record has settled by then")
+	flag.IntVar(&cfg.workers, "workers", 8, "lanes per subscription")
+	flag.BoolVar(&verbose, "v", false, "log the runtime's warnings (every drop, dead letter and refused retry) to stderr")
+	flag.Parse()
+	if brokers != "" {
+		cfg.brokers = strings.Split(brokers, ",")
+	}
+	level := slog.LevelError
+	if verbose {
+		level = slog.LevelWarn
+	}
+	cfg.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg.progress = isTerminal(os.Stdout)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	_, err := run(ctx, cfg, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "payouts:", err)
+		os.Exit(1)
+	}
+}
+
+// isTerminal reports whether f is a terminal (a character device), where a progress line may be
+// rewritten in place.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
