@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 PKGS      := ./...
 
-.PHONY: test fmt-check vet static lint fuzz bench
+.PHONY: test fmt-check vet static lint fuzz bench demo
 
 test: fmt-check vet
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
@@ -33,3 +33,7 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m $(PKGS)
+
+# The README's first command: the payouts service on an embedded kfake cluster.
+demo:
+	$(GO) run ./examples/payouts

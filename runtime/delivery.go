@@ -16,6 +16,15 @@ type Delivery struct {
 	reply      func(ctx context.Context, value []byte) error // set when the registration has Reply
 }
 
+type deliveryKey struct{}
+
+// DeliveryFrom returns the Delivery a JSON or JSONReply handler's ctx belongs to, so a typed handler
+// can still read the record, its Attempt and its generation. ok is false for other contexts.
+func DeliveryFrom(ctx context.Context) (d *Delivery, ok bool) {
+	d, ok = ctx.Value(deliveryKey{}).(*Delivery)
+	return d, ok
+}
+
 // Record returns the Kafka record: topic, partition, offset, key, value, headers, leader epoch.
 func (d *Delivery) Record() *kgo.Record { return d.rec }
 

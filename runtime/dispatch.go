@@ -474,18 +474,26 @@ func (d *dispatcher) notifyLocked() {
 	}
 }
 
-// flowLocked pauses a partition at its bound (or while the whole subscription is over MaxInFlight)
-// and resumes it once it has drained to half (DESIGN §3.6).
+// flowLocked pauses a partition at its bound (held records, or the tracker's span; or while the
+// whole subscription is over MaxInFlight, or a Transactional delay) and resumes it once it has
+// drained to half (DESIGN §3.6).
 func (d *dispatcher) flowLocked(ps *partState) {
 	if ps.closed.Load() {
 		return
 	}
 	delayed := time.Now().Before(ps.delayed)
+	// The tracker's ring also fills behind a record stuck in flight (a parked copy, a slow key)
+	// while later ones complete: its span is bounded like the held records, so Deliver never
+	// finds it full (capacity = bound + one poll).
+	span := 0
+	if ps.trk != nil {
+		span = ps.trk.Span()
+	}
 	switch {
-	case !ps.paused && (ps.held >= d.perPart || d.allPaused || delayed):
+	case !ps.paused && (ps.held >= d.perPart || span >= d.perPart || d.allPaused || delayed):
 		ps.paused = true
 		d.c.setPaused(ps.tp, true)
-	case ps.paused && ps.held <= d.perPart/2 && !d.allPaused && !delayed:
+	case ps.paused && ps.held <= d.perPart/2 && span <= d.perPart/2 && !d.allPaused && !delayed:
 		ps.paused = false
 		d.c.setPaused(ps.tp, false)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // MaxInFlight bounds what a whole subscription holds: at the bound every partition is paused, and
@@ -86,4 +87,46 @@ func TestShutdownCancelsHandlersOnlyPastItsBound(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the drain bound passed")
 	require.ErrorContains(t, <-cause, "shutdown bound passed")
 	require.Equal(t, map[int32]int64{0: 1}, c.Committed(t, "g", "in"), "the stuck record stays uncommitted")
+}
+
+// A record stuck in flight while the records behind it complete still bounds its partition: the
+// partition pauses once MaxInFlightPerPartition records pile up behind it, and the App never fails
+// with a full tracker (DESIGN §3.3, §3.6).
+func TestAStuckRecordPausesItsPartitionInsteadOfFillingTheTracker(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	var recs []*kgo.Record
+	for i := range 300 {
+		recs = append(recs, &kgo.Record{Topic: "in", Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "%d", i)})
+	}
+	c.ProduceTo(t, 0, recs...)
+	release := make(chan struct{})
+	var s seen
+	obs := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs), runtime.MaxPollRecords(20))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if d.Record().Offset == 0 {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			s.add(string(d.Record().Value), d.Attempt())
+			return nil
+		}), runtime.Workers(4), runtime.ByKey, runtime.MaxInFlightPerPartition(16))
+	start(t, app)
+	eventually(t, func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return len(obs.paused) > 0 && obs.paused[len(obs.paused)-1].Paused
+	}, "the partition was never paused")
+	// Paused with offset 0 stuck: at most the bound plus one poll were delivered.
+	n := s.len()
+	require.Less(t, n, 16+20)
+	state, _ := app.State()
+	require.Equal(t, runtime.StateRunning, state)
+	close(release)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 300})
+	require.Equal(t, 300, s.len())
 }

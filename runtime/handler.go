@@ -22,7 +22,7 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 func (f HandlerFunc) HandleDelivery(ctx context.Context, d *Delivery) error { return f(ctx, d) }
 
 // JSON adapts a function of a decoded value to a Handler: the record's value is decoded with
-// encoding/json into a T. A value that does not decode is dropped with an error wrapping ErrDecode
+// encoding/json into a T; DeliveryFrom(ctx) gives fn the Delivery. A value that does not decode is dropped with an error wrapping ErrDecode
 // (DESIGN §3.8): the engine logs it and reports it, and the partition moves on.
 func JSON[T any](fn func(ctx context.Context, v T) error) Handler {
 	return HandlerFunc(func(ctx context.Context, d *Delivery) error {
@@ -30,7 +30,7 @@ func JSON[T any](fn func(ctx context.Context, v T) error) Handler {
 		if err := json.Unmarshal(d.Record().Value, &v); err != nil {
 			return Drop(fmt.Errorf("%w: %w", ErrDecode, err))
 		}
-		return fn(ctx, v)
+		return fn(context.WithValue(ctx, deliveryKey{}, d), v)
 	})
 }
 
@@ -47,7 +47,7 @@ func JSONReply[T, R any](fn func(ctx context.Context, v T) (R, error)) Handler {
 		if err := json.Unmarshal(d.Record().Value, &v); err != nil {
 			return Drop(fmt.Errorf("%w: %w", ErrDecode, err))
 		}
-		r, err := fn(ctx, v)
+		r, err := fn(context.WithValue(ctx, deliveryKey{}, d), v)
 		if err != nil {
 			return err
 		}

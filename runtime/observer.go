@@ -86,8 +86,12 @@ type SettledEvent struct {
 	Generation uint64
 	Attempt    int
 	Outcome    Outcome
-	Err        error         // the handler's error (wrapping ErrRetryUnsupported when refused)
-	Duration   time.Duration // time in the handler
+	// Reason says, for OutcomeDeadLetter, what sent the record there: OutcomeDrop,
+	// OutcomeDecodeFailure, OutcomeSpent (MaxAttempts reached) or OutcomeRetry (a failure with
+	// only DeadLetter declared). 0 otherwise.
+	Reason   Outcome
+	Err      error         // the handler's error (wrapping ErrRetryUnsupported when refused)
+	Duration time.Duration // time in the handler
 }
 
 // InFlightEvent is Observer.InFlight's argument.

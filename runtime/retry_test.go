@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -349,4 +350,33 @@ func TestFailedDeadLetterProduceKeepsTheRecordInFlight(t *testing.T) {
 	require.Len(t, retried, 1)
 	require.ErrorContains(t, retried[0].Err, "dead-letter record")
 	require.ErrorIs(t, retried[0].Err, kerr.InvalidRecord)
+}
+
+// A dead-letter event says what sent the record there, and a typed handler can read its Delivery.
+func TestDeadLetterEventsNameTheirReason(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("dlq", 1))
+	c.ProduceValues(t, "in", 0, `{"id":"drop"}`, `{"id":"spend"}`, `{`)
+	obs := &observer{}
+	var attempts sync.Map
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.JSON(func(ctx context.Context, p payout) error {
+			d, ok := runtime.DeliveryFrom(ctx)
+			require.True(t, ok)
+			attempts.Store(fmt.Sprint(p.ID, d.Attempt()), true)
+			if p.ID == "drop" {
+				return runtime.Drop(errors.New("unwanted"))
+			}
+			return errors.New("bank down")
+		}), runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), fastBackoff)
+	start(t, app)
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 3 }, 10*time.Second, 10*time.Millisecond)
+	stop(t, app)
+	reasons := map[int64]runtime.Outcome{}
+	for _, e := range obs.outcomes(runtime.OutcomeDeadLetter) {
+		reasons[e.Offset] = e.Reason
+	}
+	require.Equal(t, map[int64]runtime.Outcome{0: runtime.OutcomeDrop, 2: runtime.OutcomeDecodeFailure, 3: runtime.OutcomeSpent}, reasons)
+	_, ok := attempts.Load("spend2")
+	require.True(t, ok, "the copy's Delivery says attempt 2")
 }

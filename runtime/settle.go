@@ -39,17 +39,18 @@ func (c *consumer) resolve(it *item, ev SettledEvent, kind outcomeKind, cause er
 	cfg := c.cfg
 	switch {
 	case cfg.maxAttempts > 0 && ev.Attempt >= cfg.maxAttempts:
+		ev.Outcome = OutcomeSpent
 		if cfg.deadLetter != "" {
 			c.deadLetter(it, ev)
 			return
 		}
-		ev.Outcome = OutcomeSpent
 		c.log.Warn("tidemark: record dropped: its attempts are spent and no DeadLetter is declared",
 			c.recAttrs(it, ev.Attempt, "err", cause, "max_attempts", cfg.maxAttempts)...)
 		c.settle(it, ev)
 	case cfg.maxAttempts > 0 || after > 0:
 		c.retryCopy(it, ev, after)
 	case cfg.deadLetter != "":
+		ev.Outcome = OutcomeRetry
 		c.deadLetter(it, ev)
 	case c.txnMode: // DESIGN §3.4: the window aborts and is read again
 		ev.Outcome = OutcomeRetry
@@ -102,7 +103,7 @@ func (c *consumer) deadLetter(it *item, ev SettledEvent) {
 		c.produceFailed(it, ev, "dead-letter record", err)
 		return
 	}
-	ev.Outcome = OutcomeDeadLetter
+	ev.Reason, ev.Outcome = ev.Outcome, OutcomeDeadLetter
 	c.log.Warn("tidemark: record sent to the dead-letter topic", c.recAttrs(it, ev.Attempt, "err", ev.Err, "to", rec.Topic)...)
 	c.settle(it, ev)
 }

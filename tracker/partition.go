@@ -163,6 +163,14 @@ func (p *Partition) newGeneration() {
 	p.version.Add(1)
 }
 
+// Span returns how many ring slots the partition uses: the deliveries from the oldest one still in
+// flight to the newest, completed ones behind the oldest included. Deliver returns ErrFull once it
+// reaches the capacity, so a caller that pauses the partition at a bound below the capacity minus
+// one poll never sees ErrFull (a record stuck in flight while later ones complete still fills the
+// ring). Like Deliver it belongs to the deliverer: call it from that goroutine, or serialised with
+// Deliver by the caller's lock.
+func (p *Partition) Span() int { return int(p.tail - p.head.Load()) }
+
 // Generation returns the partition's generation: 1 for a new Partition, plus one for every Reset and
 // every rewind. Safe from any goroutine.
 func (p *Partition) Generation() uint64 { return p.version.Load()>>1 + 1 }

@@ -369,3 +369,25 @@ func TestCapacityBelowOnePanics(t *testing.T) {
 	require.Panics(t, func() { NewPartition(0) })
 	require.Panics(t, func() { New(-1) })
 }
+
+// Span counts the ring slots in use: from the oldest delivery in flight to the newest, completed
+// ones behind it included; it drops when the oldest completes.
+func TestSpanCountsFromTheOldestInFlight(t *testing.T) {
+	p := NewPartition(8)
+	var ds []Delivery
+	for off := range int64(5) {
+		d, err := p.Deliver(off, 0)
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	require.Equal(t, 5, p.Span())
+	for _, d := range ds[1:] {
+		require.Equal(t, Completed, p.Complete(d))
+	}
+	require.Equal(t, 5, p.Span(), "offset 0 still holds the ring")
+	require.Equal(t, 1, p.InFlight())
+	require.Equal(t, Completed, p.Complete(ds[0]))
+	require.Equal(t, 0, p.Span())
+	p.Reset()
+	require.Equal(t, 0, p.Span())
+}
