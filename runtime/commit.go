@@ -96,8 +96,8 @@ func (c *consumer) commitManual(ctx context.Context) {
 		offs := make(map[string]map[int32]kgo.EpochOffset)
 		c.d.mu.Lock()
 		for _, ps := range c.d.parts {
-			if ps.taken >= 0 && ps.taken != ps.lastW {
-				ps.lastW = ps.taken
+			if ps.taken >= 0 && ps.taken != ps.lastTaken {
+				ps.lastTaken = ps.taken
 				addOffset(offs, ps.tp, kgo.EpochOffset{Epoch: -1, Offset: ps.taken})
 			}
 		}
@@ -185,10 +185,10 @@ func (c *consumer) reportInFlight() {
 		ev := InFlightEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, InFlight: ps.held}
 		if ps.trk != nil {
 			if off, ok := ps.trk.Oldest(); ok {
-				if off != ps.lastW {
-					ps.lastW, ps.lastWAt = off, now
+				if off != ps.oldest {
+					ps.oldest, ps.oldestSince = off, now
 				}
-				ev.OldestAge = now.Sub(ps.lastWAt)
+				ev.OldestAge = now.Sub(ps.oldestSince)
 			}
 		}
 		evs = append(evs, ev)

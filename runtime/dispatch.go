@@ -36,9 +36,10 @@ type partState struct {
 	keys     map[string]*unit // ByKey
 	taken    int64            // Auto: next offset after the highest record taken, -1 before any
 
-	// owned by the committer goroutine
-	lastW   int64
-	lastWAt time.Time
+	// guarded by dispatcher.mu, used by the committer
+	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
+	oldestSince time.Time // when it was first seen
+	lastTaken   int64     // Auto manual partitions: the position last handed to kadm
 }
 
 // A unit is what must be handled in order, one take at a time: a partition, a key, or (Unordered,
