@@ -130,3 +130,37 @@ func TestAStuckRecordPausesItsPartitionInsteadOfFillingTheTracker(t *testing.T) 
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 300})
 	require.Equal(t, 300, s.len())
 }
+
+// A stalled partition shows in the InFlight events: records held and how long the oldest has held
+// the committable position (DESIGN §3.3's stalled-partition metric).
+func TestInFlightEventsShowAStalledPartition(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "stuck", "behind")
+	release := make(chan struct{})
+	obs := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if string(d.Record().Value) == "stuck" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}))
+	start(t, app)
+	eventually(t, func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		for _, e := range obs.inflight {
+			if e.InFlight == 2 && e.OldestAge > 0 {
+				return true
+			}
+		}
+		return false
+	}, "no InFlight event showed the stall")
+	close(release)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+}

@@ -102,6 +102,7 @@ type observer struct {
 	delivered []runtime.DeliveredEvent
 	paused    []runtime.PausedEvent
 	rebal     []runtime.RebalancedEvent
+	inflight  []runtime.InFlightEvent
 	onRebal   func(runtime.RebalancedEvent)
 }
 
@@ -109,6 +110,12 @@ func (o *observer) Settled(e runtime.SettledEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.settled = append(o.settled, e)
+}
+
+func (o *observer) InFlight(e runtime.InFlightEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.inflight = append(o.inflight, e)
 }
 
 func (o *observer) Delivered(e runtime.DeliveredEvent) {
