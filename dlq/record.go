@@ -1,6 +1,7 @@
 package dlq
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -30,6 +31,13 @@ func Record(r *kgo.Record, topic, group string, attempts int, cause error) *kgo.
 	o := retry.OriginOf(r)
 	d := retry.Copy(r, "", time.Time{})
 	d.Topic = topic
+	d.Headers = slices.DeleteFunc(d.Headers, func(h kgo.RecordHeader) bool { // each header once
+		switch h.Key {
+		case TopicHeader, PartitionHeader, OffsetHeader, TimestampHeader, GroupHeader, ErrorHeader, AttemptsHeader:
+			return true
+		}
+		return false
+	})
 	msg := ""
 	if cause != nil {
 		msg = cause.Error()

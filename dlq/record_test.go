@@ -51,3 +51,17 @@ func TestRecordTruncatesTheErrorText(t *testing.T) {
 	require.Equal(t, []string{strings.Repeat("x", MaxErrorBytes)}, values(Record(r, "dlq", "g", 1, long), ErrorHeader))
 	require.Equal(t, []string{""}, values(Record(r, "dlq", "g", 1, nil), ErrorHeader))
 }
+
+// A record dead-lettered twice (say, replayed from the dead-letter topic and failing again) still
+// carries each provenance header once.
+func TestRecordOfADeadLetterRecordKeepsOneProvenance(t *testing.T) {
+	r := &kgo.Record{Topic: "in", Offset: 3, Timestamp: time.UnixMilli(10)}
+	once := Record(r, "dlq", "g", 1, errors.New("first"))
+	once.Topic, once.Offset = "dlq", 0
+	twice := Record(once, "dlq", "g2", 2, errors.New("second"))
+	for _, k := range []string{TopicHeader, PartitionHeader, OffsetHeader, TimestampHeader, GroupHeader, ErrorHeader, AttemptsHeader} {
+		require.Len(t, values(twice, k), 1, k)
+	}
+	require.Equal(t, []string{"second"}, values(twice, ErrorHeader))
+	require.Equal(t, []string{"3"}, values(twice, OffsetHeader), "still the original's offset")
+}

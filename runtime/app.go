@@ -174,7 +174,9 @@ func (a *App) abortStart(err error) {
 }
 
 // Run starts the App, serves until ctx ends or a fatal error happens (a handler panic under
-// PanicFail, a fatal client error), then shuts down bounded by ShutdownTimeout. It returns only
+// PanicFail, a fenced or repeatedly failing Transactional session), then shuts down: ShutdownTimeout
+// bounds its drain of running handlers (the flush, the final commit and a last Transactional window
+// have their own bounds: FlushTimeout, 5 s, WindowTimeout). It returns only
 // after every goroutine the App started has returned: nil after a clean stop, the fatal error (a
 // *PanicError, for instance) otherwise, joined with the shutdown's error.
 func (a *App) Run(ctx context.Context) error {

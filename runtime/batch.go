@@ -33,12 +33,9 @@ func HandleBatch(app *App, sub Subscription, n int, h BatchHandler, opts ...Hand
 	for _, o := range opts {
 		o.applyHandle(&cfg)
 	}
-	if n == 0 {
-		n = -1 // reported by Start
-	}
 	app.mu.Lock()
 	defer app.mu.Unlock()
-	app.regs = append(app.regs, registration{sub: sub, batch: h, batchN: n, cfg: cfg})
+	app.regs = append(app.regs, registration{sub: sub, batch: h, batchN: n, isBatch: true, cfg: cfg})
 }
 
 // BatchAll adapts a function that returns one error for the whole batch: nil acks every element,

@@ -67,6 +67,18 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.Handle(a, runtime.Topic("r"), ack)
 			},
 			[]string{`Topic("r")`}},
+		{"MaxAttempts(0)", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.MaxAttempts(0)) },
+			[]string{`Topic("t"): MaxAttempts`}},
+		{"a batch size of 0", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.HandleBatch(a, runtime.Topic("t"), 0, runtime.BatchAll(nil)) },
+			[]string{`Topic("t"): HandleBatch`}},
+		{"two Transactional subscriptions sharing an id", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t").Commit(runtime.Transactional("id")), ack)
+				runtime.Handle(a, runtime.Topic("u").Commit(runtime.Transactional("id")), ack)
+			},
+			[]string{`Topic("u").Commit`}},
 		{"zero workers", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.Workers(0)) },
 			[]string{`Topic("t"): Workers`}},

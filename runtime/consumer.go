@@ -23,6 +23,7 @@ type registration struct {
 	handler Handler      // Handle
 	batch   BatchHandler // HandleBatch
 	batchN  int          // HandleBatch's n
+	isBatch bool
 	cfg     handleConfig
 }
 

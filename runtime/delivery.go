@@ -37,6 +37,7 @@ func (d *Delivery) Attempt() int { return d.attempt }
 func (d *Delivery) Group() string { return d.group }
 
 // Generation returns the runtime's assignment generation of the record's partition: it grows by
-// one every time this App is assigned a partition, so two deliveries of one offset with different
-// generations came from different assignments. It is not the group protocol's generation.
+// one every time the subscription is assigned a partition, so two deliveries of one offset with
+// different generations came from different assignments. It is not the group protocol's
+// generation.
 func (d *Delivery) Generation() uint64 { return d.generation }

@@ -21,7 +21,8 @@ type handleConfig struct {
 	backoff            retry.Backoff
 	panicPolicy        PanicPolicy
 	replyTopic         string
-	maxAttempts        int    // 0: no cap and no copies
+	maxAttempts        int // 0: no cap and no copies
+	maxAttemptsSet     bool
 	deadLetter         string // "": no dead-letter topic
 	retryTo            string // "": the default retry address
 	retryToSource      bool
@@ -134,7 +135,7 @@ func Reply(topic string) HandleOption {
 // failure is spent and goes to the DeadLetter topic once, or, with none, is dropped with a log line
 // and an Observer event (OutcomeSpent). n must be at least 1.
 func MaxAttempts(n int) HandleOption {
-	return handleOption(func(c *handleConfig) { c.maxAttempts = n })
+	return handleOption(func(c *handleConfig) { c.maxAttempts, c.maxAttemptsSet = n, true })
 }
 
 // DeadLetter names the dead-letter topic: spent records, dropped records (Drop, decode failures)

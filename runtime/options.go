@@ -88,7 +88,8 @@ func RevokeDrainTimeout(d time.Duration) Option {
 // InstanceID turns on static group membership (KIP-345): subscription i's client joins with the
 // instance id "<id>-<i>", so a restarted instance takes its partitions back without a rebalance
 // and two subscriptions never fence each other. id must be stable per running instance (a pod
-// name).
+// name). A static member sends no LeaveGroup when it shuts down (franz-go, KIP-345): its partitions
+// wait for it to come back, or for its session timeout, before they move.
 func InstanceID(id string) Option {
 	return appOption(func(c *appConfig) { c.instanceID = id })
 }

@@ -34,6 +34,7 @@ func validate(cfg appConfig, regs []registration) error {
 	groupSubs := map[groupTopic]string{} // group subscription topics, by group
 	groupUsers := map[string]string{}    // group → a group subscription using it
 	manualGroups := map[string]string{}  // group → a manual subscription using it
+	txnIDs := map[string]string{}        // transactional id → the subscription using it
 	for _, r := range regs {
 		s := r.sub
 		name := s.String()
@@ -42,26 +43,29 @@ func validate(cfg appConfig, regs []registration) error {
 			group = cfg.defaultGroup
 		}
 		switch {
-		case r.batchN > 0 && r.batch == nil:
-			add(name+": HandleBatch", "nil batch handler")
-		case r.batchN > 0 && r.cfg.replyTopic != "":
-			add(name+": Reply", "batch handlers publish no replies")
-		case r.batchN < 0:
+		case r.isBatch && r.batchN < 1:
 			add(name+": HandleBatch", "need a batch size of at least 1, got %d", r.batchN)
-		case r.batchN == 0 && r.handler == nil:
+		case r.isBatch && r.batch == nil:
+			add(name+": HandleBatch", "nil batch handler")
+		case r.isBatch && r.cfg.replyTopic != "":
+			add(name+": Reply", "batch handlers publish no replies")
+		case !r.isBatch && r.handler == nil:
 			add(name+": Handle", "nil handler")
 		}
 		_, replies := r.handler.(replyHandler)
 		if replies && r.cfg.replyTopic == "" {
 			add(name+": JSONReply", "needs Reply(topic) to name where results go")
 		}
-		if r.batchN == 0 && !replies && r.cfg.replyTopic != "" {
+		if !r.isBatch && !replies && r.cfg.replyTopic != "" {
 			add(name+": Reply", "the handler publishes no reply: use JSONReply")
 		}
 		if s.mode.kind == modeTxn {
 			if s.mode.txnID == "" {
 				add(name+".Commit", "Transactional needs a transactional id, stable per running instance")
+			} else if other, dup := txnIDs[s.mode.txnID]; dup {
+				add(name+".Commit", "transactional id %q is also used by %s: two sessions with one id fence each other", s.mode.txnID, other)
 			}
+			txnIDs[s.mode.txnID] = name
 			if s.kind == subPartitions {
 				add(name+".Commit", "Transactional needs group membership: manual partitions cannot use it")
 			}
@@ -72,7 +76,7 @@ func validate(cfg appConfig, regs []registration) error {
 				add(name+": WindowTimeout", "need a positive duration, got %s", r.cfg.windowTimeout)
 			}
 		}
-		if r.cfg.maxAttempts < 0 {
+		if r.cfg.maxAttemptsSet && r.cfg.maxAttempts < 1 {
 			add(name+": MaxAttempts", "need at least 1, got %d", r.cfg.maxAttempts)
 		}
 		multi := s.kind != subTopics || len(s.topics) > 1
