@@ -31,8 +31,16 @@ fuzz:
 	  done; \
 	done
 
+# DESIGN §6 (docs/performance.md): the tracker's micro-benchmarks (BENCHTIME each, BENCHCOUNT
+# runs, medians) and the end-to-end benchmarks of ./bench (one run each: they size themselves),
+# then one table (bench/cmd/benchtable). Raw outputs go to BENCHOUT (a temporary directory unless
+# set); benchtable fails if a run failed.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 30m $(PKGS)
+	@set -e; out=$${BENCHOUT:-$$(mktemp -d)}; mkdir -p "$$out"; \
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $${BENCHCOUNT:-5} ./tracker/ | tee "$$out/tracker.txt"; \
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/ | tee "$$out/bench.txt"; \
+	$(GO) run ./bench/cmd/benchtable "$$out/tracker.txt" "$$out/bench.txt"; \
+	echo "raw outputs: $$out"
 
 # The README's first command: the payouts service on an embedded kfake cluster.
 demo:
