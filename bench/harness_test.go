@@ -338,7 +338,7 @@ func envInt(name string, def int) int {
 
 // rounds is how many times the ratio benchmarks run each contender, interleaved; they report the
 // median of each.
-var rounds = envInt("TIDEMARK_BENCH_ROUNDS", 3)
+var rounds = envInt("TIDEMARK_BENCH_ROUNDS", 5)
 
 // fetchCounter counts the records a client's fetches decoded (a kgo hook): more than the input
 // means records were fetched again.
