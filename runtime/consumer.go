@@ -42,6 +42,7 @@ type consumer struct {
 	manual  bool
 	log     *slog.Logger
 	obs     Observer
+	timed   bool // the Observer wants handler durations (it is not the no-op one)
 
 	cl   *kgo.Client               // guarded by d.mu in the Transactional mode, where it is rebuilt
 	sess *kgo.GroupTransactSession // Transactional mode only; owned by the poll loop
@@ -85,6 +86,8 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 		stopComm: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 	}
+	_, nop := c.obs.(NopObserver)
+	c.timed = !nop
 	c.log = a.log.With("subscription", r.sub.String(), "group", c.group, "mode", r.sub.mode.String())
 	c.d = newDispatcher(c)
 	// The group join starts as soon as the client exists, so handler contexts must exist first.

@@ -482,7 +482,7 @@ func (d *dispatcher) flowLocked(ps *partState) {
 	if ps.closed.Load() {
 		return
 	}
-	delayed := time.Now().Before(ps.delayed)
+	delayed := !ps.delayed.IsZero() && time.Now().Before(ps.delayed)
 	// The tracker's ring also fills behind a record stuck in flight (a parked copy, a slow key)
 	// while later ones complete: its span is bounded like the held records, so Deliver never
 	// finds it full (capacity = bound + one poll).

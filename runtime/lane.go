@@ -44,9 +44,14 @@ func (c *consumer) handle(it *item) {
 		return
 	}
 	ev.Attempt = retry.Count(it.rec) + it.inPlace + 1
-	start := time.Now()
+	var start time.Time
+	if c.timed {
+		start = time.Now()
+	}
 	perr, err := c.invoke(c.ctxOf(it), it, ev.Attempt)
-	ev.Duration = time.Since(start)
+	if c.timed {
+		ev.Duration = time.Since(start)
+	}
 	if perr != nil {
 		c.log.Error("tidemark: handler panicked", c.recAttrs(it, ev.Attempt, "panic", fmt.Sprint(perr.Value), "stack", string(perr.Stack))...)
 		switch c.cfg.panicPolicy {
