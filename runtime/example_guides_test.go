@@ -661,13 +661,13 @@ func ExampleNew() {
 			Start(runtime.Earliest). // default: Earliest
 			Config(),                // default: no extra franz-go options
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error { return nil }),
-		runtime.Workers(1),                           // default: 1 lane
-		runtime.ByPartition,                          // default ordering
-		runtime.MaxInFlightPerPartition(1024),        // default: 1024 records
-		runtime.MaxInFlight(0),                       // default: 0, no subscription-wide bound
-		runtime.Backoff(retry.Default()),             // default: 100ms doubling to 30s
-		runtime.OnPanic(runtime.PanicFail),           // default
-		runtime.MaxAttempts(0),                       // default: 0, no cap and no retry copies
+		runtime.Workers(1),                    // default: 1 lane
+		runtime.ByPartition,                   // default ordering
+		runtime.MaxInFlightPerPartition(1024), // default: 1024 records
+		runtime.MaxInFlight(0),                // default: 0, no subscription-wide bound
+		runtime.Backoff(retry.Default()),      // default: 100ms doubling to 30s
+		runtime.OnPanic(runtime.PanicFail),    // default
+		// runtime.MaxAttempts(n),                     // default: unset, no cap and no retry copies
 		runtime.CommitInterval(100*time.Millisecond), // default: 100ms (Transactional only)
 		runtime.WindowTimeout(30*time.Second),        // default: 30s (Transactional only)
 	)
