@@ -42,6 +42,7 @@ type App struct {
 	reason      error
 	consumers   []*consumer
 	prod        producer
+	started     bool // Start was called: Handle may no longer register
 	supervising bool
 
 	fatalOnce sync.Once
@@ -111,11 +112,13 @@ func (a *App) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	a.state = StateStarting
+	a.started = true
 	regs := a.regs
 	a.mu.Unlock()
 
 	if err := validate(a.cfg, regs); err != nil {
 		a.markFailed(err)
+		_ = a.prod.close() // a Publish before Start may have opened the producer
 		return err
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -246,12 +249,21 @@ func (c *consumer) waitReady(ctx context.Context) error {
 	}
 }
 
-// checkTopics fails Start when a RetryTo or DeadLetter topic does not exist (DESIGN §3.3), naming
-// the option and the topic.
+// checkTopics fails Start when a subscribed, RetryTo, DeadLetter or Reply topic does not exist
+// (DESIGN §3.3), naming the option and the topic, instead of waiting for an assignment that never
+// comes or retrying a produce forever.
 func (a *App) checkTopics(ctx context.Context) error {
 	type use struct{ option, topic string }
 	var uses []use
 	for _, c := range a.consumers {
+		if c.sub.kind != subPattern {
+			for _, t := range c.sub.topics {
+				uses = append(uses, use{c.sub.String(), t})
+			}
+		}
+		if t := c.cfg.replyTopic; t != "" {
+			uses = append(uses, use{c.sub.String() + ": Reply", t})
+		}
 		if t := c.cfg.retryTo; t != "" {
 			uses = append(uses, use{c.sub.String() + ": RetryTo", t})
 		}
@@ -277,4 +289,15 @@ func (a *App) checkTopics(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// register records a Handle or HandleBatch call. Registering after Start is a programming error: it
+// panics, as http.ServeMux does for a bad pattern, rather than being silently ignored.
+func (a *App) register(r registration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started {
+		panic(fmt.Sprintf("tidemark: Handle(%s) after Start: register every handler before Start", r.sub))
+	}
+	a.regs = append(a.regs, r)
 }

@@ -33,9 +33,7 @@ func HandleBatch(app *App, sub Subscription, n int, h BatchHandler, opts ...Hand
 	for _, o := range opts {
 		o.applyHandle(&cfg)
 	}
-	app.mu.Lock()
-	defer app.mu.Unlock()
-	app.regs = append(app.regs, registration{sub: sub, batch: h, batchN: n, isBatch: true, cfg: cfg})
+	app.register(registration{sub: sub, batch: h, batchN: n, isBatch: true, cfg: cfg})
 }
 
 // BatchAll adapts a function that returns one error for the whole batch: nil acks every element,

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 var ack = runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return nil })
@@ -128,4 +130,33 @@ func TestOutcomesWrapTheirCause(t *testing.T) {
 	require.EqualError(t, runtime.Drop(cause), "tidemark: drop: bank down")
 	require.EqualError(t, runtime.Retry(cause), "tidemark: retry: bank down")
 	require.EqualError(t, runtime.Drop(nil), "tidemark: drop: dropped")
+}
+
+// A subscribed or Reply topic that does not exist fails Start at once, naming it, and Handle after
+// Start panics instead of being ignored.
+func TestStartChecksTopicsAndHandleAfterStartPanics(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Topic("nope"), ack)
+	runtime.Handle(app, runtime.Topic("in"),
+		runtime.JSONReply(func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }), runtime.Reply("nope.done"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := app.Start(ctx)
+	require.ErrorContains(t, err, `tidemark: Topic("nope"): topic "nope" does not exist`)
+	require.ErrorContains(t, err, `tidemark: Topic("in"): Reply: topic "nope.done" does not exist`)
+	require.PanicsWithValue(t, `tidemark: Handle(Topic("in")) after Start: register every handler before Start`,
+		func() { runtime.Handle(app, runtime.Topic("in"), ack) })
+}
+
+// A Publish before a Start that fails validation leaves no producer goroutine behind (goleak in
+// TestMain checks).
+func TestFailedStartClosesAProducerOpenedByPublish(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("early")}))
+	require.Error(t, app.Start(ctx), "no subscription")
+	require.ErrorIs(t, app.Publish(ctx, &kgo.Record{Topic: "out"}), runtime.ErrClosed)
 }

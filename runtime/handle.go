@@ -42,15 +42,13 @@ func defaultHandleConfig() handleConfig {
 }
 
 // Handle registers h for the records of sub. It only records: Start validates and reports every
-// problem. Handle must be called before Start.
+// problem. Handle must be called before Start; it panics after.
 func Handle(app *App, sub Subscription, h Handler, opts ...HandleOption) {
 	cfg := defaultHandleConfig()
 	for _, o := range opts {
 		o.applyHandle(&cfg)
 	}
-	app.mu.Lock()
-	defer app.mu.Unlock()
-	app.regs = append(app.regs, registration{sub: sub, handler: h, cfg: cfg})
+	app.register(registration{sub: sub, handler: h, cfg: cfg})
 }
 
 // Workers sets how many lanes (goroutines) call the handler at once, overriding the default 1. It

@@ -23,6 +23,12 @@ func validate(cfg appConfig, regs []registration) error {
 	if cfg.shutdownTimeout <= 0 {
 		add("ShutdownTimeout", "need a positive duration, got %s", cfg.shutdownTimeout)
 	}
+	if cfg.flushTimeout <= 0 {
+		add("FlushTimeout", "need a positive duration, got %s", cfg.flushTimeout)
+	}
+	if cfg.queueTimeout < 0 {
+		add("QueueTimeout", "need 0 (wait) or a positive duration, got %s", cfg.queueTimeout)
+	}
 	if cfg.revokeDrainTimeout <= 0 {
 		add("RevokeDrainTimeout", "need a positive duration, got %s", cfg.revokeDrainTimeout)
 	}
