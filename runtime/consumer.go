@@ -63,6 +63,10 @@ type consumer struct {
 	wg        sync.WaitGroup // lanes and the committer
 	closing   atomic.Bool    // set before the client leaves the group at shutdown
 
+	txnMu    sync.Mutex
+	txnTried map[tp]map[int64]int  // Transactional: failed deliveries per offset, across aborted windows
+	txnGone  map[tp]map[int64]bool // Transactional: offsets whose attempts were spent in an aborted window
+
 	manualMu      sync.Mutex
 	manualPending map[tp]kgo.EpochOffset // manual partitions: moved positions not yet committed
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -14,6 +15,7 @@ type Delivery struct {
 	generation uint64
 	attempt    int
 	reply      func(ctx context.Context, value []byte) error // set when the registration has Reply
+	published  atomic.Int32                                  // Transactional: publishes made with the handler's ctx
 }
 
 type deliveryKey struct{}

@@ -43,12 +43,17 @@ func (c *consumer) handle(it *item) {
 		c.settle(it, ev)
 		return
 	}
-	ev.Attempt = retry.Count(it.rec) + it.inPlace + 1
+	ev.Attempt = retry.Count(it.rec) + it.inPlace + c.txnTries(it) + 1
+	if c.txnSpent(it) { // spent in an aborted window: settled without the handler (DESIGN §3.4)
+		c.resolve(it, ev, kindRetry, errSpentInWindow, 0)
+		return
+	}
+	d := &Delivery{rec: it.rec, group: c.group, generation: ps.gen, attempt: ev.Attempt}
 	var start time.Time
 	if c.timed {
 		start = time.Now()
 	}
-	perr, err := c.invoke(c.ctxOf(it), it, ev.Attempt)
+	perr, err := c.invoke(c.ctxOf(it), it, d)
 	if c.timed {
 		ev.Duration = time.Since(start)
 	}
@@ -69,6 +74,9 @@ func (c *consumer) handle(it *item) {
 		}
 	}
 	kind, cause, after := classify(err)
+	if kind == kindRetry && it.win != nil && c.retryAbortsWindow(it, ev, d, cause, after) {
+		return
+	}
 	c.resolve(it, ev, kind, cause, after)
 }
 
@@ -82,17 +90,19 @@ func (c *consumer) settle(it *item, ev SettledEvent) {
 }
 
 // invoke calls the handler, recovering a panic into a *PanicError.
-func (c *consumer) invoke(ctx context.Context, it *item, attempt int) (perr *PanicError, err error) {
+func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *PanicError, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			perr = &PanicError{Value: v, Stack: debugStack(), Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
 		}
 	}()
-	d := &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
 	if topic := c.cfg.replyTopic; topic != "" {
 		d.reply = func(ctx context.Context, v []byte) error {
 			return c.app.Publish(ctx, &kgo.Record{Topic: topic, Key: it.rec.Key, Value: v})
 		}
+	}
+	if it.win != nil { // publishes made with this ctx are counted on d (Transactional retries)
+		ctx = context.WithValue(ctx, deliveryKey{}, d)
 	}
 	return nil, c.h.HandleDelivery(ctx, d)
 }

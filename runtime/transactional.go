@@ -25,6 +25,7 @@ var (
 	errCopyNotDue    = errors.New("tidemark: a retry copy was polled before it was due")
 	errWindowStalled = errors.New("tidemark: window timeout passed before its records settled")
 	errRevokedWindow = errors.New("tidemark: a partition was revoked or lost during the window")
+	errSpentInWindow = errors.New("tidemark: attempts spent in aborted windows")
 )
 
 const maxSessionFailures = 5 // consecutive Begin/End failures before Run fails
@@ -57,6 +58,9 @@ func windowOf(ctx context.Context) *txnWindow {
 func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	if cause := tw.w.Aborted(); cause != nil {
 		return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrWindowClosed, cause)
+	}
+	if d, ok := DeliveryFrom(ctx); ok {
+		d.published.Add(1)
 	}
 	done := make(chan error, 1)
 	if err := tw.w.Produce(func() {
@@ -97,8 +101,13 @@ func (c *consumer) ctxOf(it *item) context.Context {
 // (false, nil) from End is a rebalance abort; ProducerFenced is fatal; other errors rebuild the
 // session from the committed offsets, with backoff, and fail the App after repeated failures.
 // When ctx ends it runs a last window's barrier and End, then returns.
+//
+// After an abort the next window admits half as many records as the aborted one (at least one), and
+// each committed window doubles the admission again: a record that fails now and then can abort
+// only small windows, so the subscription always makes progress.
 func (c *consumer) pollTxn(ctx, base context.Context) {
 	aborts, failures := 0, 0
+	limit := 0 // records a window admits; 0 = no limit
 	for {
 		if err := c.sess.Begin(); err != nil {
 			if !c.sessionFailed(ctx, err, &failures) {
@@ -109,10 +118,16 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		tw := c.newWindow()
 		c.d.setWindow(tw)
 		end := time.Now().Add(c.cfg.commitInterval)
-		for ctx.Err() == nil && tw.w.Aborted() == nil && time.Now().Before(end) {
+		admitted := 0
+		for ctx.Err() == nil && tw.w.Aborted() == nil && time.Now().Before(end) && (limit == 0 || admitted < limit) {
+			n := c.app.cfg.maxPollRecords
+			if limit > 0 {
+				n = min(n, limit-admitted)
+			}
 			pctx, cancel := context.WithDeadline(ctx, end)
-			fs := c.sess.PollRecords(pctx, c.app.cfg.maxPollRecords)
+			fs := c.sess.PollRecords(pctx, n)
 			cancel()
+			admitted += fs.NumRecords()
 			if fs.IsClientClosed() {
 				c.sess.AllowRebalance()
 				tw.w.Abort(kgo.ErrClientClosed)
@@ -150,8 +165,15 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 			}
 		case committed:
 			aborts, failures = 0, 0
+			c.forgetTxnTries(c.sess.Client().CommittedOffsets())
+			if limit > 0 {
+				if limit *= 2; limit >= c.app.cfg.maxPollRecords*64 {
+					limit = 0
+				}
+			}
 		case try == kgo.TryAbort:
 			aborts++
+			limit = max(1, admitted/2)
 			c.log.Warn("tidemark: transaction aborted; the window is read again", "err", tw.w.Aborted(), "aborts", aborts)
 		default:
 			c.log.Info("tidemark: transaction aborted by a rebalance; the window is read again")
@@ -216,5 +238,84 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// retryAbortsWindow handles, in the Transactional mode, a retry that must abort its window: a
+// retry with no copy policy (DESIGN §3.4), or any failed delivery that already published into the
+// window (its outputs must not commit: only a successful attempt's do). The failed delivery is
+// counted for the record's offset, so its next delivery's Attempt grows, the Backoff grows with it,
+// and MaxAttempts applies across aborts; once the attempts are spent, the record is settled (dead
+// letter or drop) without the handler when it is read again. It reports whether it handled the
+// retry.
+func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, d *Delivery, cause error, after time.Duration) bool {
+	if it.win.w.Aborted() != nil {
+		// The window is already being read again for another reason (this failure may be its
+		// consequence: a refused publish): this attempt does not count.
+		ev.Outcome, ev.Err = OutcomeRetry, cause
+		c.settle(it, ev)
+		return true
+	}
+	copies := c.cfg.maxAttempts > 0 || after > 0 || c.cfg.deadLetter != ""
+	if copies && d.published.Load() == 0 {
+		return false // a copy (or dead letter) in the window: nothing of this attempt leaks
+	}
+	key := it.ps.tp
+	c.txnMu.Lock()
+	if c.txnTried == nil {
+		c.txnTried, c.txnGone = map[tp]map[int64]int{}, map[tp]map[int64]bool{}
+	}
+	if c.txnTried[key] == nil {
+		c.txnTried[key] = map[int64]int{}
+	}
+	c.txnTried[key][it.rec.Offset]++
+	if c.cfg.maxAttempts > 0 && ev.Attempt >= c.cfg.maxAttempts {
+		if c.txnGone[key] == nil {
+			c.txnGone[key] = map[int64]bool{}
+		}
+		c.txnGone[key][it.rec.Offset] = true
+	}
+	c.txnMu.Unlock()
+	ev.Outcome, ev.Err = OutcomeRetry, cause
+	c.abortWindow(it.win, fmt.Errorf("%w: %w", errRetryInWindow, cause))
+	c.settle(it, ev)
+	return true
+}
+
+// txnTries returns how many deliveries of it's offset failed in aborted windows.
+func (c *consumer) txnTries(it *item) int {
+	if it.win == nil {
+		return 0
+	}
+	c.txnMu.Lock()
+	defer c.txnMu.Unlock()
+	return c.txnTried[it.ps.tp][it.rec.Offset]
+}
+
+// txnSpent reports whether it's offset spent its attempts in an aborted window.
+func (c *consumer) txnSpent(it *item) bool {
+	if it.win == nil {
+		return false
+	}
+	c.txnMu.Lock()
+	defer c.txnMu.Unlock()
+	return c.txnGone[it.ps.tp][it.rec.Offset]
+}
+
+// forgetTxnTries drops the counts of offsets below the committed ones: those records are settled.
+func (c *consumer) forgetTxnTries(committed map[string]map[int32]kgo.EpochOffset) {
+	c.txnMu.Lock()
+	defer c.txnMu.Unlock()
+	for key, offs := range c.txnTried {
+		eo, ok := committed[key.topic][key.partition]
+		if !ok {
+			continue
+		}
+		for off := range offs {
+			if off < eo.Offset {
+				delete(offs, off)
+				delete(c.txnGone[key], off)
+			}
+		}
 	}
 }

@@ -285,3 +285,105 @@ func TestTransactionalRetryAfter(t *testing.T) {
 	require.True(t, ok1 && ok2)
 	require.GreaterOrEqual(t, second.(time.Time).Sub(first.(time.Time)), 300*time.Millisecond-5*time.Millisecond)
 }
+
+// In the Transactional mode a failed delivery that published, or a retry with no policy, aborts its
+// window: none of its outputs commit, its next delivery's Attempt grows across the aborts, and
+// MaxAttempts applies; windows shrink after aborts so records that fail now and then never stall
+// the subscription (DESIGN §3.4).
+func TestTransactionalRetriesCountAcrossAbortsAndOnlySuccessesCommit(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2), kfaketest.Topic("out", 1), kfaketest.Topic("dlq", 1))
+	hwm := produceInputs(t, c, 200, 2)
+	var mu sync.Mutex
+	attempts := map[string][]int{}
+	var app *runtime.App
+	app = txnApp(c, "tx-8", func(*runtime.App) runtime.Handler {
+		return runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			v := string(d.Record().Value)
+			mu.Lock()
+			attempts[v] = append(attempts[v], d.Attempt())
+			mu.Unlock()
+			// publish first, then fail: a failed attempt's output must never commit
+			if err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte(fmt.Sprintf("out-%s#%d", v, d.Attempt()))}); err != nil {
+				return err
+			}
+			switch {
+			case v == "7": // always fails: spent after 3 attempts, to the dead-letter topic
+				return errors.New("always")
+			case len(v) > 1 && v[len(v)-1] == '3' && d.Attempt() < 2: // 13, 23, ... fail once
+				return errors.New("once")
+			}
+			return nil
+		})
+	}, runtime.MaxAttempts(3), runtime.DeadLetter("dlq"), runtime.Workers(4),
+		runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
+	start(t, app)
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, 20*time.Second, 20*time.Millisecond)
+	c.WaitCommitted(t, "g", "in", c.HighWatermarks(t, "in"))
+	stop(t, app)
+	_ = hwm
+	outs := map[string]int{}
+	for _, r := range c.ReadAll(t, "out", true) {
+		outs[string(r.Value)]++
+	}
+	for i := range 200 {
+		v := fmt.Sprint(i)
+		switch {
+		case v == "7":
+			for a := 1; a <= 3; a++ {
+				require.Zero(t, outs[fmt.Sprintf("out-7#%d", a)], "a failed attempt's output committed")
+			}
+		case len(v) > 1 && v[len(v)-1] == '3':
+			require.Equal(t, 1, outs["out-"+v+"#2"], v)
+			require.Zero(t, outs["out-"+v+"#1"], v)
+		default:
+			require.Equal(t, 1, outs["out-"+v+"#1"], v)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 2, 3}, dedupe(attempts["7"]), "attempts of 7 grow across aborted windows")
+	dead := c.ReadAll(t, "dlq", true)
+	require.Equal(t, "7", string(dead[0].Value))
+}
+
+// dedupe drops repeats of an attempt number (a record read again in an aborted window for another
+// record's sake is handled again with the same attempt).
+func dedupe(as []int) []int {
+	var out []int
+	for _, a := range as {
+		if len(out) == 0 || out[len(out)-1] != a {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// A retry with no policy aborts the window once; the record's next delivery is attempt 2, and the
+// stream moves on.
+func TestTransactionalPlainRetrySettlesOnTheNextAttempt(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 3, 1)
+	var mu sync.Mutex
+	var seenAttempts []int
+	var app *runtime.App
+	app = txnApp(c, "tx-9", func(*runtime.App) runtime.Handler {
+		return transform(&app, func(ctx context.Context, d *runtime.Delivery) error {
+			if d.Record().Offset == 1 {
+				mu.Lock()
+				seenAttempts = append(seenAttempts, d.Attempt())
+				mu.Unlock()
+				if d.Attempt() == 1 {
+					return runtime.Retry(errors.New("once"))
+				}
+			}
+			return nil
+		})
+	}, runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	requireOneOutputPerInput(t, c, 3)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 2}, dedupe(seenAttempts))
+}
