@@ -419,8 +419,8 @@ func ExampleTransactional() {
 }
 
 // transactions.md: a retry with no policy aborts the window, which is read again from the
-// committed offsets. The re-read is a new delivery (Attempt is 1 again), and a publish made with
-// the aborted window's ctx is refused with ErrWindowClosed.
+// committed offsets. The failed delivery counts (the next one is attempt 2), and a publish made
+// with the aborted window's ctx is refused with ErrWindowClosed.
 func ExampleErrWindowClosed() {
 	c := guideCluster(map[string]int32{"in": 1, "out": 1})
 	defer c.Close()
@@ -455,7 +455,7 @@ func ExampleErrWindowClosed() {
 	fmt.Println("out:", len(out), string(out[0].Value))
 	// Output:
 	// delivery of offset 0, attempt 1
-	// delivery of offset 0, attempt 1
+	// delivery of offset 0, attempt 2
 	// publish with the aborted window's ctx: ErrWindowClosed=true
 	// out: 1 x done
 }
