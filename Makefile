@@ -45,3 +45,10 @@ bench:
 # The README's first command: the payouts service on an embedded kfake cluster.
 demo:
 	$(GO) run ./examples/payouts
+
+# Seeded chaos runs on the crash runner (kfaketest/conformance, TestChaos): N seeds from SEED
+# (default 1,000 from 1); SEED alone replays that one seed, as a failing run says.
+.PHONY: chaos
+chaos:
+	$(GO) test -race -count=1 -timeout 48h -v -run '^TestChaos$$' ./kfaketest/conformance \
+		-chaos.seed=$(or $(SEED),1) -chaos.n=$(or $(N),$(if $(SEED),1,1000))

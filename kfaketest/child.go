@@ -2,6 +2,7 @@ package kfaketest
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,8 @@ type childSpec struct {
 	Run        int               `json:"run"`
 	InstanceID string            `json:"instance_id"`
 	EventsPath string            `json:"events_path"`
+	Connected  bool              `json:"connected,omitempty"` // the parent's Cluster came from Connect
+	TermPath   string            `json:"term_path"`           // created by ChildEnv.Context once SIGTERM is handled
 }
 
 // The kinds of Event.
@@ -33,7 +36,7 @@ const (
 
 // An Event is one line of a child's event log, as Process.Events reads it back.
 type Event struct {
-	Run       int    `json:"run"`  // the run that wrote it: 1 for the first start, +1 per Restart
+	Run       int    `json:"run"`  // the run that wrote it: 1 for the first start, +1 per Restart; 0 for Process.Note
 	Kind      string `json:"kind"` // EventStart, EventReturn or EventNote
 	Topic     string `json:"topic,omitempty"`
 	Partition int32  `json:"partition"`
@@ -53,11 +56,34 @@ type ChildEnv struct {
 	Run        int               // 1 for the first start, +1 per Restart
 	InstanceID string            // stable across restarts of one Spawn: pass it to kgo.InstanceID to rejoin at once
 	Log        *EventLog         // the event log the parent reads
+	Connected  bool              // the parent's Cluster came from Connect: real brokers
+
+	termPath string
 }
 
-// ClientOpts returns kgo.SeedBrokers(e.Brokers...) followed by FastOpts; nothing group-specific.
+// ClientOpts returns kgo.SeedBrokers(e.Brokers...) followed by FastOpts (with
+// ConnectedSessionTimeout when the parent's cluster is connected); nothing group-specific.
 func (e ChildEnv) ClientOpts() []kgo.Opt {
-	return append([]kgo.Opt{kgo.SeedBrokers(e.Brokers...)}, FastOpts()...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(e.Brokers...)}, FastOpts()...)
+	if e.Connected {
+		opts = append(opts, kgo.SessionTimeout(ConnectedSessionTimeout))
+	}
+	return opts
+}
+
+// Context returns a context cancelled when the parent calls Process.Terminate (SIGTERM): run the
+// consumer until it ends, then stop gracefully and return. Process.Terminate waits until the
+// child has called Context before it signals, so a Terminate right after Spawn or Restart is
+// never a crash. Call stop to restore SIGTERM's default. It panics if it cannot tell the parent.
+func (e ChildEnv) Context() (ctx context.Context, stop context.CancelFunc) {
+	ctx, stop = notifyTerm(context.Background())
+	if e.termPath != "" {
+		if err := os.WriteFile(e.termPath, nil, 0o600); err != nil {
+			stop()
+			panic(fmt.Sprintf("kfaketest: ChildEnv.Context: %v", err))
+		}
+	}
+	return ctx, stop
 }
 
 // Child reports whether this process is a child started by Cluster.Spawn, and if so returns its
@@ -87,6 +113,8 @@ func Child() (ChildEnv, bool) {
 		Run:        spec.Run,
 		InstanceID: spec.InstanceID,
 		Log:        &EventLog{f: f, run: spec.Run},
+		Connected:  spec.Connected,
+		termPath:   spec.TermPath,
 	}, true
 }
 

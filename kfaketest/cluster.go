@@ -2,8 +2,11 @@ package kfaketest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,13 +35,26 @@ const WaitTimeout = 10 * time.Second
 // SessionTimeout with their own kgo.SessionTimeout.
 const minSessionTimeout = 100 * time.Millisecond
 
+// ConnectedSessionTimeout is the group session timeout a connected Cluster's ClientOpts (and its
+// children's ChildEnv.ClientOpts) give clients instead of SessionTimeout: 10s, since a real broker
+// refuses less than its group.min.session.timeout.ms (6s by default).
+const ConnectedSessionTimeout = 10 * time.Second
+
+// ErrKfakeOnly is the panic value's cause when a feature that needs the in-process kfake cluster
+// (Kfake, CommitLog, FailProduce, FailCommit, HoldProduce) is used on a Cluster made by Connect.
+// Check Cluster.Connected first.
+var ErrKfakeOnly = errors.New("needs the in-process kfake cluster; unavailable on a connected cluster")
+
 // An Option configures New and Start. Later options add to or override earlier ones.
 type Option func(*config)
 
 type config struct {
-	brokers int
-	topics  []topicSpec
-	kfake   []kfake.Opt
+	brokers   int
+	topics    []topicSpec
+	kfake     []kfake.Opt
+	kgo       []kgo.Opt
+	prefix    string
+	hasPrefix bool
 }
 
 type topicSpec struct {
@@ -46,8 +62,9 @@ type topicSpec struct {
 	partitions int32
 }
 
-// Topic creates the topic with the given number of partitions (at least 1) when the cluster
-// starts. Repeat it for more topics.
+// Topic creates the topic Cluster.Name(name) with the given number of partitions (at least 1) when
+// the cluster starts. Repeat it for more topics. On New and Start, whose prefix is "" unless
+// Prefix says otherwise, that is name itself.
 func Topic(name string, partitions int32) Option {
 	return func(c *config) { c.topics = append(c.topics, topicSpec{name, partitions}) }
 }
@@ -58,6 +75,21 @@ func Brokers(n int) Option {
 	return func(c *config) { c.brokers = n }
 }
 
+// Prefix sets the prefix Cluster.Name adds to names (topics created by Topic, and whatever the
+// caller names with Name: groups, transactional ids), overriding the default: "" for New and
+// Start, a prefix unique to the Connect call for Connect, so runs sharing a real cluster never
+// see each other's topics and groups.
+func Prefix(p string) Option {
+	return func(c *config) { c.prefix, c.hasPrefix = p, true }
+}
+
+// KgoOpts adds franz-go options to every client the Cluster opens (its helpers) and to
+// ClientOpts, after the cluster's own: connection settings such as TLS or SASL for a connected
+// cluster. Children started by Spawn do not get them.
+func KgoOpts(opts ...kgo.Opt) Option {
+	return func(c *config) { c.kgo = append(c.kgo, opts...) }
+}
+
 // KfakeOpts passes options to kfake.NewCluster. They are applied after kfaketest's own
 // (kfake.NumBrokers and kfake.GroupMinSessionTimeout), so they override them.
 func KfakeOpts(opts ...kfake.Opt) Option {
@@ -66,18 +98,23 @@ func KfakeOpts(opts ...kfake.Opt) Option {
 
 // A Cluster is an in-process kfake cluster listening on loopback TCP, with helper clients for
 // producing, reading and inspecting it, and a CommitLog of every offset commit it receives.
+// Connect makes one that wraps brokers it did not start (a real cluster): the same helpers then
+// work through kadm and kgo, and the kfake-only features panic with ErrKfakeOnly.
 // Its methods are safe for concurrent use.
 type Cluster struct {
-	k     *kfake.Cluster
-	addrs []string
-	cl    *kgo.Client  // produce and admin helper; never joins a group
-	adm   *kadm.Client // over cl
-	log   *CommitLog
+	k      *kfake.Cluster // nil when connected
+	addrs  []string
+	prefix string
+	extra  []kgo.Opt    // KgoOpts
+	cl     *kgo.Client  // produce and admin helper; never joins a group
+	adm    *kadm.Client // over cl
+	log    *CommitLog   // nil when connected
 
 	mu       sync.Mutex
 	releases []func() // HoldProduce releases, run by Close
 	closed   bool
-	spawned  int // Spawn calls, for InstanceIDs
+	spawned  int      // Spawn calls, for InstanceIDs
+	created  []string // connected: topics the Cluster created, deleted by Close
 }
 
 // New starts a cluster for the test and closes it (and its helper clients) in t.Cleanup. Each
@@ -107,11 +144,11 @@ func Start(opts ...Option) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start kfake: %w", err)
 	}
-	c := &Cluster{k: k, addrs: k.ListenAddrs()}
+	c := &Cluster{k: k, addrs: k.ListenAddrs(), prefix: cfg.prefix, extra: cfg.kgo}
 	c.log = newCommitLog(k)
 	c.log.install()
 	for _, tp := range cfg.topics {
-		if err := c.createTopic(tp.name, tp.partitions); err != nil {
+		if err := c.createTopic(context.Background(), c.Name(tp.name), tp.partitions); err != nil {
 			k.Close()
 			return nil, err
 		}
@@ -125,8 +162,83 @@ func Start(opts ...Option) (*Cluster, error) {
 	return c, nil
 }
 
+// Connect wraps brokers the test did not start (a real Kafka cluster, "host:port" seeds) in a
+// Cluster, so the same helpers and scenarios run against it: Produce, ReadAll, HighWatermarks,
+// Committed, WaitCommitted, CreateTopic and Spawn go through kgo and kadm. The kfake-only
+// features (Kfake, CommitLog, FailProduce, FailCommit, HoldProduce) panic with ErrKfakeOnly;
+// Connected reports which kind a Cluster is. Names get a prefix unique to this call (Prefix
+// overrides it): use Name for every topic, group and transactional id so runs sharing a cluster
+// never meet. Topics the Cluster created are deleted in t.Cleanup; groups stay. ClientOpts uses
+// ConnectedSessionTimeout. It fails the test if the brokers cannot be reached within WaitTimeout
+// or a Topic cannot be created.
+func Connect(t testing.TB, brokers []string, opts ...Option) *Cluster {
+	t.Helper()
+	ctx, cancel := opCtx(t)
+	defer cancel()
+	c, err := ConnectContext(ctx, brokers, opts...)
+	if err != nil {
+		t.Fatalf("kfaketest: Connect %v: %v", brokers, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// connects numbers Connect calls within the process, for default prefixes.
+var connects atomic.Int64
+
+// ConnectContext is Connect for programs: the caller must call Close. ctx bounds reaching the
+// brokers and creating the topics. Options that configure kfake (Brokers, KfakeOpts) are ignored.
+func ConnectContext(ctx context.Context, brokers []string, opts ...Option) (*Cluster, error) {
+	if len(brokers) == 0 {
+		return nil, errors.New("no brokers")
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if !cfg.hasPrefix {
+		cfg.prefix = "tidemark-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" +
+			strconv.FormatInt(connects.Add(1), 10) + "-"
+	}
+	c := &Cluster{addrs: append([]string(nil), brokers...), prefix: cfg.prefix, extra: cfg.kgo}
+	cl, err := kgo.NewClient(append(c.ClientOpts(), kgo.RecordPartitioner(partitioner{}))...)
+	if err != nil {
+		return nil, fmt.Errorf("helper client: %w", err)
+	}
+	c.cl, c.adm = cl, kadm.NewClient(cl)
+	if _, err := c.adm.ListBrokers(ctx); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("reach the brokers: %w", err)
+	}
+	for _, tp := range cfg.topics {
+		if err := c.createTopic(ctx, c.Name(tp.name), tp.partitions); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Connected reports whether the Cluster wraps brokers it did not start (Connect): the kfake-only
+// features are then unavailable.
+func (c *Cluster) Connected() bool { return c.k == nil }
+
+// Name returns name with the Cluster's prefix: name itself on New and Start (unless Prefix was
+// given), a per-Connect prefix on a connected cluster. Name every topic, group and transactional
+// id a test uses with it, and the test runs on a shared cluster too.
+func (c *Cluster) Name(name string) string { return c.prefix + name }
+
+// kfakeOnly panics with ErrKfakeOnly, naming what, if the Cluster is connected.
+func (c *Cluster) kfakeOnly(what string) {
+	if c.k == nil {
+		panic(fmt.Sprintf("kfaketest: %s: %v", what, ErrKfakeOnly))
+	}
+}
+
 // Close releases every HoldProduce, closes the helper clients and shuts the cluster down.
-// Clients still connected see their connections closed. Close is idempotent.
+// Clients still connected see their connections closed. On a connected cluster it deletes the
+// topics the Cluster created (best effort, 10s) and leaves the brokers running. Close is
+// idempotent.
 func (c *Cluster) Close() {
 	c.mu.Lock()
 	if c.closed {
@@ -140,6 +252,18 @@ func (c *Cluster) Close() {
 	for _, r := range releases {
 		r()
 	}
+	if c.k == nil {
+		c.mu.Lock()
+		created := c.created
+		c.mu.Unlock()
+		if len(created) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+			_, _ = c.adm.DeleteTopics(ctx, created...)
+			cancel()
+		}
+		c.cl.Close()
+		return
+	}
 	c.cl.Close()
 	c.k.Close()
 }
@@ -148,13 +272,22 @@ func (c *Cluster) Close() {
 func (c *Cluster) Addrs() []string { return append([]string(nil), c.addrs...) }
 
 // Kfake returns the underlying kfake cluster, for what kfaketest does not wrap (controls,
-// faults on other requests, GroupInfo, MoveTopicPartition, ...).
-func (c *Cluster) Kfake() *kfake.Cluster { return c.k }
+// faults on other requests, GroupInfo, MoveTopicPartition, ...). It panics with ErrKfakeOnly on a
+// connected cluster.
+func (c *Cluster) Kfake() *kfake.Cluster {
+	c.kfakeOnly("Kfake")
+	return c.k
+}
 
-// ClientOpts returns kgo.SeedBrokers(c.Addrs()...) followed by FastOpts. Append your own
-// options after them to override.
+// ClientOpts returns kgo.SeedBrokers(c.Addrs()...) followed by FastOpts (with
+// ConnectedSessionTimeout on a connected cluster) and the KgoOpts given to New or Connect.
+// Append your own options after them to override.
 func (c *Cluster) ClientOpts() []kgo.Opt {
-	return append([]kgo.Opt{kgo.SeedBrokers(c.addrs...)}, FastOpts()...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(c.addrs...)}, FastOpts()...)
+	if c.k == nil {
+		opts = append(opts, kgo.SessionTimeout(ConnectedSessionTimeout))
+	}
+	return append(opts, c.extra...)
 }
 
 // FastOpts returns kgo options that make franz-go react quickly against kfake (DESIGN §3.11):
@@ -181,24 +314,49 @@ func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) {
 	}
 }
 
-// CreateTopicContext is CreateTopic for programs. The topic is created directly in the cluster
-// (no request, so faults and controls do not see it). It returns kerr.TopicAlreadyExists if the
-// topic exists, or ctx's error if ctx is already done.
+// CreateTopicContext is CreateTopic for programs. On kfake the topic is created directly in the
+// cluster (no request, so faults and controls do not see it); on a connected cluster with a
+// CreateTopics request (the brokers' default replication factor), and it returns once every
+// partition has a leader, and Close deletes it. The name is used as given (Name adds the
+// prefix). It returns kerr.TopicAlreadyExists if the topic exists, or ctx's error.
 func (c *Cluster) CreateTopicContext(ctx context.Context, name string, partitions int32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return c.createTopic(name, partitions)
+	return c.createTopic(ctx, name, partitions)
 }
 
-func (c *Cluster) createTopic(name string, partitions int32) error {
+func (c *Cluster) createTopic(ctx context.Context, name string, partitions int32) error {
 	if partitions < 1 {
 		return fmt.Errorf("create topic %q: need at least 1 partition, got %d", name, partitions)
 	}
-	if err := c.k.CreateTopic(name, partitions, nil); err != nil {
+	if c.k != nil {
+		if err := c.k.CreateTopic(name, partitions, nil); err != nil {
+			return fmt.Errorf("create topic %q: %w", name, err)
+		}
+		return nil
+	}
+	resp, err := c.adm.CreateTopic(ctx, partitions, -1, nil, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
 		return fmt.Errorf("create topic %q: %w", name, err)
 	}
-	return nil
+	c.mu.Lock()
+	c.created = append(c.created, name)
+	c.mu.Unlock()
+	// Metadata reaches every broker asynchronously: wait until each partition lists its offsets.
+	for {
+		if infos, err := c.partitionInfos(ctx, name); err == nil && len(infos) == int(partitions) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create topic %q: waiting for its partitions: %w", name, ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
 }
 
 // opCtx bounds one test-form helper call by WaitTimeout.

@@ -38,6 +38,8 @@ type CommitLog struct {
 	commits []Commit
 	changed chan struct{} // closed and replaced on every append
 	topics  map[[16]byte]string
+	hooks   map[int]func(Commit) // OnCommit functions, by registration number
+	nhooks  int
 }
 
 func newCommitLog(k *kfake.Cluster) *CommitLog {
@@ -141,13 +143,49 @@ func (l *CommitLog) append(cs []Commit) {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, c := range cs {
-		c.Seq = len(l.commits)
-		l.commits = append(l.commits, c)
+	for i := range cs {
+		cs[i].Seq = len(l.commits)
+		l.commits = append(l.commits, cs[i])
 	}
 	close(l.changed)
 	l.changed = make(chan struct{})
+	hooks := make([]func(Commit), 0, len(l.hooks))
+	for i := range l.nhooks {
+		if fn, ok := l.hooks[i]; ok {
+			hooks = append(hooks, fn)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range cs {
+		for _, fn := range hooks {
+			fn(c)
+		}
+	}
+}
+
+// OnCommit calls fn with every commit logged from now on, in order, as the cluster receives the
+// request: before the cluster handles it, so before any client can see its effect. fn runs on
+// the cluster's request loop and blocks it: it must be quick, and it must not call the
+// cluster's clients or wait on anything they do (it may call the CommitLog's methods, Process.Note
+// and other local work). remove stops the calls; after it returns fn is not called again, unless
+// a call was already under way.
+//
+// Use it to order commits against another process's events: a Process.Note written from fn lands
+// in the child's event log after every event the child logged before the commit was sent.
+func (l *CommitLog) OnCommit(fn func(Commit)) (remove func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hooks == nil {
+		l.hooks = make(map[int]func(Commit))
+	}
+	id := l.nhooks
+	l.nhooks++
+	l.hooks[id] = fn
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.hooks, id)
+	}
 }
 
 // All returns a copy of every commit logged so far, in order (Seq 0, 1, ...).
@@ -216,5 +254,8 @@ func deref(s *string) string {
 }
 
 // CommitLog returns the cluster's commit log. It is recording from the moment New or Start
-// returns.
-func (c *Cluster) CommitLog() *CommitLog { return c.log }
+// returns. It panics with ErrKfakeOnly on a connected cluster.
+func (c *Cluster) CommitLog() *CommitLog {
+	c.kfakeOnly("CommitLog")
+	return c.log
+}

@@ -2,7 +2,8 @@
 // helpers to produce, read and inspect it, a log of every offset commit it receives, injected
 // faults, and a runner that SIGKILLs and restarts a consumer running as a subprocess.
 //
-// It never imports the runtime package (DESIGN §1), so the runtime's own tests can use it.
+// It never imports the runtime package (DESIGN §1), so the runtime's own tests can use it. Its
+// conformance subpackage holds the contract's scenarios and the chaos runs.
 //
 // # Clusters
 //
@@ -11,6 +12,11 @@
 // brokers, KfakeOpts passes anything else to kfake. The cluster accepts session timeouts down to
 // 100ms; ClientOpts and FastOpts give kgo clients timings that react within tens of milliseconds,
 // with a SessionTimeout of 2s.
+//
+// Connect wraps a real cluster's brokers in the same Cluster: the helpers work through kgo and
+// kadm, names get a per-run prefix (Cluster.Name) so runs sharing a cluster never meet, and the
+// kfake-only features (Kfake, CommitLog, FailProduce, FailCommit, HoldProduce) panic with
+// ErrKfakeOnly. Cluster.Connected tells the two apart.
 //
 // # Helpers
 //
@@ -46,4 +52,7 @@
 // Process.Kill (SIGKILL) the parent knows exactly what was handled. Process.Restart starts the
 // next run, Process.Events reads every run's events, Process.WaitEvents and Process.KillAfter
 // wait on them with a deadline. Nothing is rebuilt, and a killed child runs no cleanup code.
+// Process.Terminate stops a child gracefully instead (SIGTERM ends ChildEnv.Context), and
+// Process.Note writes the parent's own markers into the child's event log, in order with the
+// child's events.
 package kfaketest

@@ -16,6 +16,7 @@ import (
 // produce). The handle counts failed requests (Hits), waits for them (Wait) and removes the
 // fault (Remove).
 func (c *Cluster) FailProduce(topic string, n int, err *kerr.Error) *kfake.FaultHandle {
+	c.kfakeOnly("FailProduce")
 	return c.k.Fault(kfake.Fault{
 		Keys:  []kmsg.Key{kmsg.Produce},
 		Topic: topic,
@@ -26,8 +27,10 @@ func (c *Cluster) FailProduce(topic string, n int, err *kerr.Error) *kfake.Fault
 
 // FailCommit fails the next n OffsetCommit or TxnOffsetCommit requests for group with err, as
 // FailProduce does for produce requests: each partition of the request is answered with err and
-// no offset is stored or staged. The CommitLog still records these requests.
+// no offset is stored or staged. The CommitLog still records these requests. FailProduce,
+// FailCommit and HoldProduce panic with ErrKfakeOnly on a connected cluster.
 func (c *Cluster) FailCommit(group string, n int, err *kerr.Error) *kfake.FaultHandle {
+	c.kfakeOnly("FailCommit")
 	return c.k.Fault(kfake.Fault{
 		Keys:  []kmsg.Key{kmsg.OffsetCommit, kmsg.TxnOffsetCommit},
 		Group: group,
@@ -52,6 +55,7 @@ func faultCount(fn string, n int) int {
 // run out a flush or queue timeout. release is idempotent and safe to call from any goroutine;
 // Close calls it, so a hold never outlives the cluster.
 func (c *Cluster) HoldProduce() (release func()) {
+	c.kfakeOnly("HoldProduce")
 	held := make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(held) }) }

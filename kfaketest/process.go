@@ -32,6 +32,10 @@ type Process struct {
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the current run's process has been waited for
 	exitErr error         // the current run's exit error, once exited is closed
+
+	noteMu    sync.Mutex
+	noteLog   *EventLog // the parent's handle on the event log, for Note; closed by stop
+	noteEnded bool      // stop ran: Note does nothing
 }
 
 // Spawn starts run 1 of a child process for the test t, which must be the test (or subtest)
@@ -109,6 +113,8 @@ func (p *Process) start() error {
 		Run:        p.run,
 		InstanceID: p.instanceID,
 		EventsPath: p.events,
+		Connected:  p.c.Connected(),
+		TermPath:   p.termPath(p.run),
 	})
 	if err != nil {
 		return err
@@ -260,7 +266,8 @@ func (p *Process) kill() error {
 	}
 }
 
-// stop kills the current run and waits for it, for t.Cleanup.
+// stop kills the current run and waits for it, and closes the parent's note handle, for
+// t.Cleanup.
 func (p *Process) stop() {
 	if p.kill() != nil {
 		p.mu.Lock()
@@ -268,6 +275,88 @@ func (p *Process) stop() {
 		p.mu.Unlock()
 		<-exited // SIGKILL cannot be ignored: the process goes, and the waiter with it
 	}
+	p.noteMu.Lock()
+	defer p.noteMu.Unlock()
+	p.noteEnded = true
+	if p.noteLog != nil {
+		p.noteLog.f.Close()
+		p.noteLog = nil
+	}
+}
+
+// termPath is where run's ChildEnv.Context says it handles SIGTERM.
+func (p *Process) termPath(run int) string {
+	return filepath.Join(p.dir, fmt.Sprintf("run-%d.term", run))
+}
+
+// Terminate asks the current run to stop gracefully: once the child has called
+// ChildEnv.Context (it waits for that), it sends SIGTERM, which cancels that context, and waits
+// for the run to exit on its own. Both waits share the Process's timeout. It returns the run's
+// exit error: nil for status 0. Terminating a run that already exited returns its exit error. It
+// fails the test if the run never calls Context or does not exit in time (it is then killed),
+// or cannot be signalled.
+func (p *Process) Terminate(t testing.TB) error {
+	t.Helper()
+	p.mu.Lock()
+	cmd, exited, timeout, run := p.cmd, p.exited, p.timeout, p.run
+	p.mu.Unlock()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for ready := false; !ready; {
+		if _, err := os.Stat(p.termPath(run)); err == nil {
+			break
+		}
+		select {
+		case <-exited:
+			ready = true
+		case <-deadline.C:
+			_ = p.kill()
+			t.Fatalf("kfaketest: Terminate: run %d did not call ChildEnv.Context within %v; killed it; last events: %s",
+				run, timeout, tailEvents(p.Events(), 20))
+		case <-tick.C:
+		}
+	}
+	select {
+	case <-exited:
+	default:
+		if err := signalTerm(cmd.Process); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			t.Fatalf("kfaketest: Terminate: run %d: %v", run, err)
+		}
+		select {
+		case <-exited:
+		case <-deadline.C:
+			_ = p.kill()
+			t.Fatalf("kfaketest: Terminate: run %d still running %v after SIGTERM; killed it; last events: %s",
+				run, timeout, tailEvents(p.Events(), 20))
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitErr
+}
+
+// Note appends an EventNote to the Process's event log from the parent, with Run 0: a marker
+// that orders something the parent saw (a commit, from CommitLog.OnCommit) against the child's
+// events. The child's events are written before their calls return, so every event of the child
+// that happened before the parent's observation comes before the note. Note may be called from
+// any goroutine; it panics if the log cannot be written, and does nothing once the test's cleanup
+// has stopped the Process.
+func (p *Process) Note(kind, text string) {
+	p.noteMu.Lock()
+	defer p.noteMu.Unlock()
+	if p.noteEnded {
+		return
+	}
+	if p.noteLog == nil {
+		f, err := os.OpenFile(p.events, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			panic(fmt.Sprintf("kfaketest: Process.Note: %v", err))
+		}
+		p.noteLog = &EventLog{f: f}
+	}
+	p.noteLog.Note(kind, text)
 }
 
 // Restart starts the next run with the same arguments and InstanceID. The current run must have

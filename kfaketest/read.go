@@ -36,21 +36,21 @@ func (c *Cluster) ReadAll(t testing.TB, topic string, committed bool) []*kgo.Rec
 // ReadAllContext is ReadAll for programs. On ctx's end it returns an error naming, per
 // partition, the next offset it still needed and the end it was reading to.
 func (c *Cluster) ReadAllContext(ctx context.Context, topic string, committed bool) ([]*kgo.Record, error) {
-	infos := c.k.PartitionInfos(topic)
-	if infos == nil {
-		return nil, fmt.Errorf("topic %q: %w", topic, kerr.UnknownTopicOrPartition)
+	infos, err := c.partitionInfos(ctx, topic)
+	if err != nil {
+		return nil, err
 	}
 	next := make(map[int32]int64) // next offset still to see, per partition not yet done
 	end := make(map[int32]int64)
 	start := make(map[int32]kgo.Offset)
 	for _, pi := range infos {
-		e := pi.HighWatermark
+		e := pi.hwm
 		if committed {
-			e = pi.LastStableOffset
+			e = pi.lso
 		}
-		if e > pi.LogStartOffset {
-			next[pi.Partition], end[pi.Partition] = pi.LogStartOffset, e
-			start[pi.Partition] = kgo.NewOffset().At(pi.LogStartOffset)
+		if e > pi.logStart {
+			next[pi.partition], end[pi.partition] = pi.logStart, e
+			start[pi.partition] = kgo.NewOffset().At(pi.logStart)
 		}
 	}
 	if len(next) == 0 {
@@ -122,15 +122,73 @@ func (c *Cluster) HighWatermarksContext(ctx context.Context, topic string) (map[
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	infos := c.k.PartitionInfos(topic)
-	if infos == nil {
-		return nil, fmt.Errorf("topic %q: %w", topic, kerr.UnknownTopicOrPartition)
+	infos, err := c.partitionInfos(ctx, topic)
+	if err != nil {
+		return nil, err
 	}
 	hw := make(map[int32]int64, len(infos))
 	for _, pi := range infos {
-		hw[pi.Partition] = pi.HighWatermark
+		hw[pi.partition] = pi.hwm
 	}
 	return hw, nil
+}
+
+// partInfo is where one partition's log starts and ends.
+type partInfo struct {
+	partition          int32
+	logStart, hwm, lso int64 // log start offset, high watermark, last stable offset
+}
+
+// partitionInfos reads every partition's offsets: from kfake directly, or with ListOffsets
+// requests on a connected cluster. A missing topic is an error wrapping
+// kerr.UnknownTopicOrPartition.
+func (c *Cluster) partitionInfos(ctx context.Context, topic string) ([]partInfo, error) {
+	if c.k != nil {
+		infos := c.k.PartitionInfos(topic)
+		if infos == nil {
+			return nil, fmt.Errorf("topic %q: %w", topic, kerr.UnknownTopicOrPartition)
+		}
+		out := make([]partInfo, len(infos))
+		for i, pi := range infos {
+			out[i] = partInfo{pi.Partition, pi.LogStartOffset, pi.HighWatermark, pi.LastStableOffset}
+		}
+		return out, nil
+	}
+	list := func(fn func(context.Context, ...string) (kadm.ListedOffsets, error)) (map[int32]int64, error) {
+		listed, err := fn(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("topic %q: %w", topic, err)
+		}
+		ps, ok := listed[topic]
+		if !ok {
+			return nil, fmt.Errorf("topic %q: %w", topic, kerr.UnknownTopicOrPartition)
+		}
+		out := make(map[int32]int64, len(ps))
+		for p, o := range ps {
+			if o.Err != nil {
+				return nil, fmt.Errorf("topic %q partition %d: %w", topic, p, o.Err)
+			}
+			out[p] = o.Offset
+		}
+		return out, nil
+	}
+	starts, err := list(c.adm.ListStartOffsets)
+	if err != nil {
+		return nil, err
+	}
+	ends, err := list(c.adm.ListEndOffsets)
+	if err != nil {
+		return nil, err
+	}
+	stables, err := list(c.adm.ListCommittedOffsets)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]partInfo, 0, len(ends))
+	for _, p := range slices.Sorted(maps.Keys(ends)) {
+		out = append(out, partInfo{p, starts[p], ends[p], stables[p]})
+	}
+	return out, nil
 }
 
 // Committed returns the group's committed offsets (the next offset to consume) for topic's
