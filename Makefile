@@ -52,3 +52,20 @@ demo:
 chaos:
 	$(GO) test -race -count=1 -timeout 48h -v -run '^TestChaos$$' ./kfaketest/conformance \
 		-chaos.seed=$(or $(SEED),1) -chaos.n=$(or $(N),$(if $(SEED),1,1000))
+
+# The conformance suite (kfaketest/conformance, TestConformance) against a real Apache Kafka:
+# kfaketest/realkafka/run.sh fetches Kafka with Maven into a cache outside the repository, starts
+# one KRaft node on loopback ports and sets KAFKA_BROKERS (docs/realkafka.md). The runtime's own
+# TestCrash* tests run on kfake only (kfaketest.New ignores KAFKA_BROKERS): make test runs them,
+# and the suite's SIGKILL scenarios are their real-broker counterparts.
+# TIDEMARK_KAFKA_OPTIONAL=1 turns "Kafka cannot be obtained" into one SKIPPED line and success.
+REAL_KAFKA := kfaketest/realkafka/run.sh
+.PHONY: test-real test-real-cluster
+test-real:
+	$(REAL_KAFKA) -- $(GO) test -race -count=1 -timeout 30m -run '^TestConformance$$' ./kfaketest/conformance/
+
+# The same suite, then the leader-move and rebalance scenarios of kfaketest/realkafka, against
+# three KRaft nodes (topics with replication factor 3, min.insync.replicas 2).
+test-real-cluster:
+	$(REAL_KAFKA) --brokers 3 -- sh -c '$(GO) test -race -count=1 -timeout 30m -run "^TestConformance$$" ./kfaketest/conformance/ && \
+		$(GO) test -race -count=1 -timeout 10m -v -run "^TestCluster" ./kfaketest/realkafka/'
