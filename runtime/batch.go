@@ -139,7 +139,7 @@ func (c *consumer) handleBatch(items []*item) {
 	}
 	for i, it := range work {
 		evs[i].Duration = dur
-		kind, cause, after := classify(aligned[i])
+		kind, after, cause := classify(aligned[i])
 		c.resolve(it, evs[i], kind, cause, after)
 	}
 }

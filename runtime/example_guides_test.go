@@ -389,15 +389,14 @@ func ExampleTransactional() {
 	type done struct {
 		ID string `json:"id"`
 	}
-	var app *runtime.App
-	app = guideApp(c, runtime.DefaultGroup("settlement"))
+	app := guideApp(c, runtime.DefaultGroup("settlement"))
 	runtime.Handle(app, runtime.Topic("payments").Commit(runtime.Transactional("settlement-pod-0")),
 		runtime.JSONReply(func(ctx context.Context, p payment) (done, error) {
 			// ctx is the window's: this publish is part of the transaction too.
 			if err := app.Publish(ctx, &kgo.Record{Topic: "audit", Value: []byte("settled " + p.ID)}); err != nil {
 				return done{}, err
 			}
-			return done{ID: p.ID}, nil
+			return done(p), nil
 		}),
 		runtime.Reply("payments.done"), runtime.CommitInterval(100*time.Millisecond), runtime.WindowTimeout(10*time.Second))
 	must(app.Start(ctx))

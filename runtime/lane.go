@@ -73,7 +73,7 @@ func (c *consumer) handle(it *item) {
 			return
 		}
 	}
-	kind, cause, after := classify(err)
+	kind, after, cause := classify(err)
 	if kind == kindRetry && it.win != nil && c.retryAbortsWindow(it, ev, d, cause, after) {
 		return
 	}

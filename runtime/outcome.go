@@ -70,13 +70,13 @@ func RetryAfter(d time.Duration, err error) error {
 }
 
 // classify sorts a handler's result into its outcome, the user's cause and RetryAfter's delay.
-func classify(err error) (outcomeKind, error, time.Duration) {
+func classify(err error) (outcomeKind, time.Duration, error) {
 	if err == nil {
-		return kindAck, nil, 0
+		return kindAck, 0, nil
 	}
 	var o *outcome
 	if errors.As(err, &o) {
-		return o.kind, o.err, o.after
+		return o.kind, o.after, o.err
 	}
-	return kindRetry, err, 0
+	return kindRetry, 0, err
 }

@@ -203,8 +203,7 @@ func TestTransactionalLateHandlerIsRefused(t *testing.T) {
 	hwm := produceInputs(t, c, 3, 1)
 	var stuck atomic.Bool
 	lateErr := make(chan error, 1)
-	var app *runtime.App
-	app = runtime.New(appOpts(c)...)
+	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-6")),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
 			if string(d.Record().Value) == "1" && stuck.CompareAndSwap(false, true) {
