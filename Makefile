@@ -67,5 +67,6 @@ test-real:
 # The same suite, then the leader-move and rebalance scenarios of kfaketest/realkafka, against
 # three KRaft nodes (topics with replication factor 3, min.insync.replicas 2).
 test-real-cluster:
-	$(REAL_KAFKA) --brokers 3 -- sh -c '$(GO) test -race -count=1 -timeout 30m -run "^TestConformance$$" ./kfaketest/conformance/ && \
-		$(GO) test -race -count=1 -timeout 10m -v -run "^TestCluster" ./kfaketest/realkafka/'
+	$(REAL_KAFKA) --brokers 3 -- sh -c 'rc=0; \
+		$(GO) test -race -count=1 -timeout 30m -run "^TestConformance$$" ./kfaketest/conformance/ || rc=1; \
+		$(GO) test -race -count=1 -timeout 10m -v -run "^TestCluster" ./kfaketest/realkafka/ || rc=1; exit $$rc'

@@ -61,7 +61,10 @@ if [[ -z $JAVA ]]; then
 	if [[ -n ${JAVA_HOME:-} && -x $JAVA_HOME/bin/java ]]; then JAVA=$JAVA_HOME/bin/java; else JAVA=$(command -v java || true); fi
 fi
 [[ -n $JAVA ]] || unavailable "no java on PATH"
-jv=$("$JAVA" -version 2>&1 | sed -n 's/.*version "\([0-9][0-9]*\).*/\1/p' | head -1)
+java_given=$JAVA
+[[ -x $JAVA ]] || JAVA=$(command -v "$JAVA" || true)
+[[ -n $JAVA ]] || unavailable "$java_given is not an executable java"
+jv=$("$JAVA" -version 2>&1 | sed -n 's/.*version "\([0-9][0-9]*\).*/\1/p' | head -1 || true)
 [[ -n $jv && $jv -ge 17 ]] || unavailable "Kafka $VERSION needs Java 17+, $JAVA is ${jv:-unknown}"
 
 # --- Kafka's jars, cached outside the repository ------------------------------------------------------
@@ -71,7 +74,7 @@ fetch() {
 	local mvn=${MVN:-$(command -v mvn || true)}
 	[[ -n $mvn ]] || unavailable "no mvn on PATH to fetch Kafka's jars"
 	local work=$CACHE/fetch.$$
-	rm -rf "$work" && mkdir -p "$work/lib"
+	rm -rf "$CACHE"/fetch.* && mkdir -p "$work/lib" # earlier failed fetches' leftovers go
 	cat >"$work/pom.xml" <<-EOF
 		<project xmlns="http://maven.apache.org/POM/4.0.0">
 		  <modelVersion>4.0.0</modelVersion>
