@@ -105,7 +105,10 @@ func TestUnorderedLanesPassABlockedRecord(t *testing.T) {
 		}), runtime.Workers(4), runtime.Unordered)
 	start(t, app)
 	eventually(t, func() bool { return s.len() == 9 }, "records behind the blocked one did not finish")
-	require.Empty(t, c.Committed(t, "g", "in"), "nothing committed while offset 0 is in flight")
+	// Nothing past offset 0 while it is in flight (a commit of 0 itself is allowed).
+	for p, off := range c.Committed(t, "g", "in") {
+		require.LessOrEqual(t, off, int64(0), "partition %d committed past offset 0 while it is in flight", p)
+	}
 	close(release)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 10})
 }
