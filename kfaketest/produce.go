@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -89,7 +90,9 @@ func (c *Cluster) ProduceTxn(t testing.TB, txnID string, commit bool, recs ...*k
 	return out
 }
 
-// ProduceTxnContext is ProduceTxn for programs. It returns the first produce error (the
+// ProduceTxnContext is ProduceTxn for programs. On a connected cluster it also waits until the
+// transaction's markers are written (Kafka writes them after EndTxn returns), so the high
+// watermarks count them, as on kfake. It returns the first produce error (the
 // transaction is then aborted), or the error of beginning or ending the transaction.
 func (c *Cluster) ProduceTxnContext(ctx context.Context, txnID string, commit bool, recs ...*kgo.Record) ([]*kgo.Record, error) {
 	cl, err := kgo.NewClient(append(c.ClientOpts(),
@@ -114,7 +117,49 @@ func (c *Cluster) ProduceTxnContext(ctx context.Context, txnID string, commit bo
 	if perr != nil {
 		return nil, perr
 	}
+	if c.k == nil {
+		if err := c.waitMarkers(ctx, out); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// waitMarkers waits until the transaction markers after recs are written: Kafka answers EndTxn
+// once the coordinator has logged its decision and writes the markers afterwards, while kfake
+// writes them first. Afterwards, as on kfake, the high watermark counts the marker and the last
+// stable offset has passed the transaction (unless another transaction is still open there).
+func (c *Cluster) waitMarkers(ctx context.Context, recs []*kgo.Record) error {
+	last := map[string]map[int32]int64{} // per topic and partition, the last record's offset
+	for _, r := range recs {
+		if last[r.Topic] == nil {
+			last[r.Topic] = map[int32]int64{}
+		}
+		last[r.Topic][r.Partition] = max(last[r.Topic][r.Partition], r.Offset)
+	}
+	for topic, parts := range last {
+		for {
+			infos, err := c.partitionInfos(ctx, topic)
+			if err != nil {
+				return fmt.Errorf("wait for the transaction markers: %w", err)
+			}
+			written := true
+			for _, pi := range infos {
+				if o, ok := parts[pi.partition]; ok && pi.hwm <= o+1 {
+					written = false // the marker takes offset o+1 or later
+				}
+			}
+			if written {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("wait for the transaction markers of %q: %w", topic, ctx.Err())
+			case <-time.After(pollInterval):
+			}
+		}
+	}
+	return nil
 }
 
 func produceSync(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) ([]*kgo.Record, error) {

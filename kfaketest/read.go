@@ -105,11 +105,14 @@ func (c *Cluster) ReadAllContext(ctx context.Context, topic string, committed bo
 }
 
 // HighWatermarks returns the high watermark (the offset the next record will get) of every
-// partition of topic, read directly from the cluster. It fails the test if the topic does not
+// partition of topic, read directly from the cluster (with ListOffsets on a connected one, asking
+// again while a partition's leader moves, up to WaitTimeout). It fails the test if the topic does not
 // exist.
 func (c *Cluster) HighWatermarks(t testing.TB, topic string) map[int32]int64 {
 	t.Helper()
-	hw, err := c.HighWatermarksContext(t.Context(), topic)
+	ctx, cancel := opCtx(t)
+	defer cancel()
+	hw, err := c.HighWatermarksContext(ctx, topic)
 	if err != nil {
 		t.Fatalf("kfaketest: HighWatermarks: %v", err)
 	}
@@ -154,23 +157,38 @@ func (c *Cluster) partitionInfos(ctx context.Context, topic string) ([]partInfo,
 		}
 		return out, nil
 	}
+	// A partition whose leader just moved answers NOT_LEADER_FOR_PARTITION (and the like) until the
+	// client learns the new leader: ask again until ctx ends.
 	list := func(fn func(context.Context, ...string) (kadm.ListedOffsets, error)) (map[int32]int64, error) {
-		listed, err := fn(ctx, topic)
-		if err != nil {
-			return nil, fmt.Errorf("topic %q: %w", topic, err)
-		}
-		ps, ok := listed[topic]
-		if !ok {
-			return nil, fmt.Errorf("topic %q: %w", topic, kerr.UnknownTopicOrPartition)
-		}
-		out := make(map[int32]int64, len(ps))
-		for p, o := range ps {
-			if o.Err != nil {
-				return nil, fmt.Errorf("topic %q partition %d: %w", topic, p, o.Err)
+		for {
+			listed, err := fn(ctx, topic)
+			if err != nil {
+				return nil, fmt.Errorf("topic %q: %w", topic, err)
 			}
-			out[p] = o.Offset
+			ps, ok := listed[topic]
+			if !ok {
+				return nil, fmt.Errorf("topic %q: %w", topic, kerr.UnknownTopicOrPartition)
+			}
+			out := make(map[int32]int64, len(ps))
+			var retry error
+			for p, o := range ps {
+				switch {
+				case o.Err != nil && p >= 0 && kerr.IsRetriable(o.Err):
+					retry = fmt.Errorf("topic %q partition %d: %w", topic, p, o.Err)
+				case o.Err != nil:
+					return nil, fmt.Errorf("topic %q partition %d: %w", topic, p, o.Err)
+				}
+				out[p] = o.Offset
+			}
+			if retry == nil {
+				return out, nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w (last: %w)", ctx.Err(), retry)
+			case <-time.After(pollInterval):
+			}
 		}
-		return out, nil
 	}
 	starts, err := list(c.adm.ListStartOffsets)
 	if err != nil {

@@ -142,16 +142,29 @@ func batchShortAndLong(e *env) {
 }
 
 // Under Unordered one batch may draw from several partitions; each partition it drew from is
-// settled.
+// settled. The first batch is held until all nine records have arrived (a cluster whose partitions
+// have different leaders delivers them in separate fetches), so the next one spans partitions.
 func batchSpansPartitions(e *env) {
 	in, g := e.topic("in", 3), e.name("g")
 	for p := range int32(3) {
 		e.values(in, p, seq(fmt.Sprintf("p%d-", p), 3)...)
 	}
+	arrived := newGate()
+	obs := &deliveredObserver{want: 9, all: arrived}
 	var got batchLog
-	app := e.app()
+	first := true
+	app := e.app(runtime.Observe(obs))
 	runtime.HandleBatch(app, runtime.Topic(in).Group(g).Commit(runtime.Tracked), 9,
-		runtime.BatchAll(func(_ context.Context, ds []*runtime.Delivery) error { got.add(ds); return nil }), runtime.Unordered)
+		runtime.BatchAll(func(ctx context.Context, ds []*runtime.Delivery) error {
+			got.add(ds)
+			if first { // one lane: no race
+				first = false
+				if !arrived.wait(ctx) {
+					return ctx.Err()
+				}
+			}
+			return nil
+		}), runtime.Unordered)
 	e.start(app)
 	e.c.WaitCommitted(e, g, in, map[int32]int64{0: 3, 1: 3, 2: 3})
 	e.stop(app)
@@ -171,4 +184,21 @@ func batchSpansPartitions(e *env) {
 		spanned = spanned || len(parts) > 1
 	}
 	require.True(e, spanned, "some batch drew from more than one partition: %v", got.all())
+}
+
+// deliveredObserver opens all once the runtime has received want records.
+type deliveredObserver struct {
+	runtime.NopObserver
+	mu   sync.Mutex
+	n    int
+	want int
+	all  *gate
+}
+
+func (o *deliveredObserver) Delivered(ev runtime.DeliveredEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n += ev.Records; o.n >= o.want {
+		o.all.open()
+	}
 }

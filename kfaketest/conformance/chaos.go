@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -244,15 +245,17 @@ type chaosRun struct {
 	cfg chaosConfig
 	c   *kfaketest.Cluster
 
-	mu      sync.Mutex
-	procs   []*kfaketest.Process // by slot
-	alive   []bool
-	inputs  []string // every committed input id, in production order
-	nextID  int
-	maxSeen map[int32]int64 // the highest offset the group asked to commit, per partition
-	changed chan struct{}   // closed and replaced when maxSeen grows
-	exits   []string        // graceful stops that did not end cleanly
-	start   time.Time
+	mu       sync.Mutex
+	procs    []*kfaketest.Process // by slot
+	alive    []bool
+	inputs   []string // every committed input id, in production order
+	nextID   int
+	maxSeen  map[int32]int64   // the highest offset the group asked to commit, per partition
+	seenAt   map[int]time.Time // when each commit of the group arrived, by seq
+	changed  chan struct{}     // closed and replaced when maxSeen grows
+	exits    []string          // graceful stops that did not end cleanly
+	wentBack []string          // committed offsets the group held that went back
+	start    time.Time
 }
 
 // stepTimeout bounds each wait of a run: progress between steps, the drain at the end.
@@ -263,9 +266,12 @@ func (r *chaosRun) run() {
 	r.start = time.Now()
 	r.c = kfaketest.New(t, kfaketest.Topic(chaosIn, cfg.Partitions), kfaketest.Topic(chaosOut, 1))
 	r.maxSeen = map[int32]int64{}
+	r.seenAt = map[int]time.Time{}
 	r.changed = make(chan struct{})
 	remove := r.c.CommitLog().OnCommit(r.observe)
 	defer remove()
+	stopMonitor := r.monitorCommitted()
+	defer stopMonitor()
 
 	r.produce(cfg.Upfront)
 	for range cfg.Members {
@@ -278,11 +284,12 @@ func (r *chaosRun) run() {
 		if !r.waitProgress(target) {
 			t.Fatalf("chaos: step %d (%v): the group never committed %d offsets in %v: %s", i, st, target, stepTimeout, r.state())
 		}
-		t.Logf("chaos: %v: step %d: %v", time.Since(r.start).Round(time.Millisecond), i, st)
+		t.Logf("chaos: %v (%s): step %d: %v", time.Since(r.start).Round(time.Millisecond), time.Now().Format("15:04:05.000"), i, st)
 		r.act(st)
 		r.produce(st.Produce)
 	}
 	r.drain()
+	stopMonitor()
 	r.check()
 	t.Logf("chaos: done in %v", time.Since(r.start).Round(time.Millisecond))
 }
@@ -295,6 +302,7 @@ func (r *chaosRun) observe(cm kfaketest.Commit) {
 	}
 	r.mu.Lock()
 	procs := slices.Clone(r.procs)
+	r.seenAt[cm.Seq] = time.Now()
 	if cm.Offset > r.maxSeen[cm.Partition] {
 		r.maxSeen[cm.Partition] = cm.Offset
 		close(r.changed)
@@ -306,6 +314,43 @@ func (r *chaosRun) observe(cm kfaketest.Commit) {
 			p.Note("commit", strconv.Itoa(cm.Seq))
 		}
 	}
+}
+
+// monitorCommitted samples the group's committed offsets (what the group holds, as a client reads
+// them) every 10ms until stop, and records every partition whose offset went back between two
+// samples. stop waits for the sampler and may be called more than once.
+func (r *chaosRun) monitorCommitted() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := map[int32]int64{}
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			qctx, qcancel := context.WithTimeout(ctx, time.Second)
+			m, err := r.c.CommittedContext(qctx, chaosGroup, chaosIn)
+			qcancel()
+			if err == nil {
+				for p, o := range m {
+					if prev, ok := last[p]; ok && o < prev {
+						r.mu.Lock()
+						r.wentBack = append(r.wentBack, fmt.Sprintf("partition %d: the group's committed offset went from %d to %d (at %s)",
+							p, prev, o, time.Now().Format("15:04:05.000")))
+						r.mu.Unlock()
+					}
+					last[p] = o
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
 }
 
 // waitProgress waits until the highest commits asked for add up to target, or stepTimeout.
@@ -545,9 +590,18 @@ func chaosChild(t *testing.T, env kfaketest.ChildEnv) {
 	ctx, stop := env.Context()
 	defer stop()
 	clientOpts := env.ClientOpts()
+	// The member's output (shown when the run fails, and kept) has the runtime's warnings and
+	// franz-go's group events, timestamped: enough for a post-mortem. TIDEMARK_TEST_LOG gives all.
+	clientOpts = append(clientOpts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string {
+		return time.Now().Format("15:04:05.000 ")
+	})))
+	log := logger()
+	if os.Getenv("TIDEMARK_TEST_LOG") == "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	opts := []runtime.Option{
 		runtime.Brokers(env.Brokers...),
-		runtime.Logger(logger()),
+		runtime.Logger(log),
 		runtime.MaxPollRecords(cfg.MaxPoll),
 	}
 	mode := runtime.Tracked

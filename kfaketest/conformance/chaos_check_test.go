@@ -21,6 +21,10 @@ func TestCheckCommits(t *testing.T) {
 	commit := func(seq int, p int32, off int64) kfaketest.Commit {
 		return kfaketest.Commit{Group: chaosGroup, Topic: chaosIn, Partition: p, Offset: off, Seq: seq}
 	}
+	by := func(member string, gen int32, cm kfaketest.Commit) kfaketest.Commit {
+		cm.Member, cm.Generation = member, gen
+		return cm
+	}
 	required := map[int32][]int64{0: {0, 1, 3}, 1: {0}} // offset 2 of partition 0 is a marker
 	cases := []struct {
 		name    string
@@ -52,10 +56,16 @@ func TestCheckCommits(t *testing.T) {
 			want:    []string{"past offset 3: no member's handler ever returned a settling outcome for it"},
 		},
 		{
-			name:    "a commit that goes back",
-			logs:    [][]kfaketest.Event{{ret(0, 0, outAck), ret(0, 1, outAck), note("0"), note("1")}},
-			commits: []kfaketest.Commit{commit(0, 0, 2), commit(1, 0, 1)},
-			want:    []string{"partition 0: commit seq 1 (member , instance \"\", generation 0) asked for 1 after seq 0"},
+			name:    "a member's commit that goes back within its generation",
+			logs:    [][]kfaketest.Event{{ret(0, 0, outAck), ret(0, 1, outAck), note("0"), note("1"), note("2")}},
+			commits: []kfaketest.Commit{by("A", 3, commit(0, 0, 2)), by("B", 3, commit(1, 0, 1)), by("A", 3, commit(2, 0, 1))},
+			want:    []string{"partition 0: member A (instance \"\") asked in generation 3 for 1 (commit seq 2) after 2 (seq 0)"},
+		},
+		{
+			name: "a zombie's request, or a new generation's, may be lower than another member's",
+			logs: [][]kfaketest.Event{{ret(0, 0, outAck), ret(0, 1, outAck), ret(0, 3, outAck), note("0"), note("1"), note("2"), note("3")}},
+			commits: []kfaketest.Commit{by("A", 3, commit(0, 0, 2)), by("Z", 2, commit(1, 0, 4)), by("A", 3, commit(2, 0, 3)),
+				by("A", 4, commit(3, 0, 1))},
 		},
 	}
 	for _, tc := range cases {

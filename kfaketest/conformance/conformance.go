@@ -202,6 +202,16 @@ func (e *env) waitClosed(ch <-chan struct{}, msg string, args ...any) {
 	}
 }
 
+// waitCommitted is Cluster.WaitCommitted with a bound of d instead of kfaketest.WaitTimeout.
+func waitCommitted(e *env, group, topic string, want map[int32]int64, d time.Duration) {
+	e.Helper()
+	ctx, cancel := context.WithTimeout(e.Context(), d)
+	defer cancel()
+	if err := e.c.WaitCommittedContext(ctx, group, topic, want); err != nil {
+		e.Fatalf("WaitCommitted %s/%s: %v", group, topic, err)
+	}
+}
+
 // values writes one keyless record per value to partition p of topic and returns them.
 func (e *env) values(topic string, p int32, vs ...string) []*kgo.Record {
 	e.Helper()

@@ -115,7 +115,7 @@ func (c *cell) requireCommitKind(group, topic string, txnID string) {
 func (c *cell) waitDone(group, topic string) map[int32]int64 {
 	c.e.Helper()
 	hw := c.e.c.HighWatermarks(c.e, topic)
-	c.e.c.WaitCommitted(c.e, group, topic, hw)
+	waitCommitted(c.e, group, topic, hw, time.Minute)
 	return hw
 }
 

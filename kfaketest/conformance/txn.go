@@ -61,10 +61,11 @@ func (x *eos) app(id string, hook func(ctx context.Context, d *runtime.Delivery)
 	return app
 }
 
-// waitDone waits until the group has committed the input high watermarks.
+// waitDone waits (a minute: transactions on a replicated cluster are slow) until the group has
+// committed the input high watermarks.
 func (x *eos) waitDone() {
 	x.e.Helper()
-	x.e.c.WaitCommitted(x.e, x.g, x.in, x.e.c.HighWatermarks(x.e, x.in))
+	waitCommitted(x.e, x.g, x.in, x.e.c.HighWatermarks(x.e, x.in), time.Minute)
 }
 
 // requireExactlyOnce checks out holds exactly one output per input 0..n-1 under read_committed.
@@ -211,7 +212,9 @@ func txnCrash(e *env) {
 	p.SetTimeout(30 * time.Second)
 	p.WaitEvents(e, func(evs []kfaketest.Event) bool { return countKind(evs, 1, kfaketest.EventReturn) >= 60 })
 	p.Kill(e)
-	require.NotEqual(e, e.c.HighWatermarks(e, x.in), e.c.Committed(e, x.g, x.in), "killed mid-stream")
+	// Mid-stream: run 1 returned fewer records than there are. (Not from the committed offsets:
+	// on Kafka the dead instance's open transaction keeps them unstable until the restart.)
+	require.Less(e, countKind(p.Events(), 1, kfaketest.EventReturn), x.n, "killed mid-stream")
 	p.Restart(e)
 	x.waitDone()
 	p.Kill(e)
