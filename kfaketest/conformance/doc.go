@@ -25,8 +25,9 @@
 // SIGKILLs and graceful stops at random moments, members joining and leaving, in the Tracked and
 // the Transactional mode. After every run it checks the invariants: in Tracked, every record was
 // handled (none lost), no commit ever passed a record whose handler had not returned when the
-// commit arrived, and the commits of a partition never go back; in Transactional, the
-// read_committed output holds exactly one output per input. A failing run names its seed; the
+// commit arrived, and committed offsets never go back (neither a member's own requests within a
+// generation nor what the group holds); in Transactional, the read_committed output holds exactly
+// one output per input. A failing run names its seed; the
 // same seed replays the same configuration and schedule (`make chaos SEED=n`).
 //
 // The crash runner re-executes the test binary: Run and Chaos must be called from a test that
