@@ -250,11 +250,12 @@ type chaosRun struct {
 	alive    []bool
 	inputs   []string // every committed input id, in production order
 	nextID   int
-	maxSeen  map[int32]int64   // the highest offset the group asked to commit, per partition
-	seenAt   map[int]time.Time // when each commit of the group arrived, by seq
-	changed  chan struct{}     // closed and replaced when maxSeen grows
-	exits    []string          // graceful stops that did not end cleanly
-	wentBack []string          // committed offsets the group held that went back
+	maxSeen  map[int32]int64      // the highest offset the group asked to commit, per partition
+	seenAt   map[int]time.Time    // when each commit of the group arrived, by seq
+	changed  chan struct{}        // closed and replaced when maxSeen grows
+	exits    []string             // graceful stops that did not end cleanly
+	wentBack []string             // committed offsets the group held that went back
+	ghosts   map[string]time.Time // members of exited runs still in the group, by member id: since when
 	start    time.Time
 }
 
@@ -356,6 +357,8 @@ func (r *chaosRun) monitorCommitted() (stop func()) {
 // waitProgress waits until the highest commits asked for add up to target, or stepTimeout.
 func (r *chaosRun) waitProgress(target int64) bool {
 	deadline := time.After(stepTimeout)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		r.mu.Lock()
 		var sum int64
@@ -369,10 +372,60 @@ func (r *chaosRun) waitProgress(target int64) bool {
 		}
 		select {
 		case <-changed:
+		case <-tick.C:
+			r.skipIfGhosts()
 		case <-deadline:
 			return false
 		}
 	}
+}
+
+// ghostAge is how long a member of a run that has exited may stay in the group before the run
+// counts as stuck on the kfake bug: well past the session (2s) and rebalance (10s) timeouts.
+const ghostAge = 15 * time.Second
+
+// skipIfGhosts ends the run as inconclusive (skipped, with a line on stderr) when a member of a
+// member run that has exited has stayed in the group longer than ghostAge: kfake never expires a
+// member whose JoinGroup answer it could not deliver (kfaketest's
+// TestKfakeMemberGoneWhileJoiningNeverExpires), so its partitions are consumed by nobody until its
+// instance id rejoins, and no invariant can be judged. Members are told apart by their client id,
+// "chaos-<slot>-run<run>".
+func (r *chaosRun) skipIfGhosts() {
+	gi := r.c.Kfake().GroupInfo(chaosGroup)
+	if gi == nil {
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	if r.ghosts == nil {
+		r.ghosts = map[string]time.Time{}
+	}
+	var stuck []string
+	for _, m := range gi.Members {
+		var slot, run int
+		if _, err := fmt.Sscanf(m.ClientID, "chaos-%d-run%d", &slot, &run); err != nil || slot >= len(r.procs) {
+			continue
+		}
+		if run == r.procs[slot].Run() && r.alive[slot] {
+			continue // a live member
+		}
+		first, ok := r.ghosts[m.MemberID]
+		if !ok {
+			r.ghosts[m.MemberID] = now
+			continue
+		}
+		if now.Sub(first) > ghostAge {
+			stuck = append(stuck, fmt.Sprintf("%s (%s, gone for %v)", m.MemberID, m.ClientID, now.Sub(first).Round(time.Second)))
+		}
+	}
+	r.mu.Unlock()
+	if len(stuck) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("chaos: seed %d INCONCLUSIVE (skipped): kfake bug, a member that died while joining never leaves the group "+
+		"(kfaketest TestKfakeMemberGoneWhileJoiningNeverExpires): %v; %s", r.cfg.Seed, stuck, r.state())
+	fmt.Fprintln(os.Stderr, msg)
+	r.t.Skip(msg)
 }
 
 // produce writes n more inputs, spread over the partitions with a few keys, some in transactions
@@ -538,9 +591,14 @@ func (r *chaosRun) waitNoOpenTxn(topic string) bool {
 func (r *chaosRun) waitAllCommitted() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 	defer cancel()
+	ghostCheck := time.Now().Add(time.Second)
 	for {
 		if r.allCommitted(ctx) {
 			return true
+		}
+		if time.Now().After(ghostCheck) {
+			r.skipIfGhosts()
+			ghostCheck = time.Now().Add(time.Second)
 		}
 		select {
 		case <-ctx.Done():
@@ -589,7 +647,7 @@ func chaosChild(t *testing.T, env kfaketest.ChildEnv) {
 	cfg := chaosConfigFor(seed)
 	ctx, stop := env.Context()
 	defer stop()
-	clientOpts := env.ClientOpts()
+	clientOpts := append(env.ClientOpts(), kgo.ClientID(fmt.Sprintf("chaos-%s-run%d", env.Args["slot"], env.Run)))
 	// The member's output (shown when the run fails, and kept) has the runtime's warnings and
 	// franz-go's group events, timestamped: enough for a post-mortem. TIDEMARK_TEST_LOG gives all.
 	clientOpts = append(clientOpts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string {
