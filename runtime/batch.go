@@ -81,14 +81,14 @@ var errShortBatch = fmt.Errorf("tidemark: the batch handler returned no result f
 
 // handleBatch runs one batch through the batch handler and settles every element (DESIGN §3.5).
 func (c *consumer) handleBatch(items []*item) {
+	if !c.tracked && !c.txnMode {
+		c.markTaken(items) // Auto: "stored when handed over" (DESIGN §3.2)
+	}
 	work := items[:0:0]
 	for _, it := range items {
 		if it.control || it.foreign {
 			c.handle(it) // settled without the handler
 			continue
-		}
-		if !c.tracked && !c.txnMode {
-			c.markTaken(it)
 		}
 		work = append(work, it)
 	}
@@ -122,7 +122,7 @@ func (c *consumer) handleBatch(items []*item) {
 				c.abortWindow(it.win, perr)
 				evs[i].Outcome, evs[i].Err, evs[i].Duration = OutcomePanic, perr, dur
 				c.obs.Settled(evs[i])
-				c.d.finish(it, actHold, 0)
+				it.act = actHold
 			}
 			c.app.fail(perr)
 			return

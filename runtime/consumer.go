@@ -262,6 +262,9 @@ func (c *consumer) assignManual(ctx context.Context) error {
 // rebalancing, repeat until ctx ends (DESIGN §2, §3.11).
 func (c *consumer) poll(ctx context.Context) {
 	for {
+		if !c.d.waitRoom(ctx) {
+			return
+		}
 		fs := c.cl.PollRecords(ctx, c.app.cfg.maxPollRecords)
 		if fs.IsClientClosed() {
 			c.cl.AllowRebalance()
@@ -286,8 +289,9 @@ func (c *consumer) poll(ctx context.Context) {
 	}
 }
 
-// setPaused pauses or resumes fetching one partition. It only takes franz-go's pause lock, so it is
-// called under dispatcher.mu, which keeps pauses and resumes in order (and guards c.cl).
+// setPaused pauses or resumes fetching one partition in franz-go. It only takes franz-go's pause
+// lock, so it is called under dispatcher.mu, which keeps pauses and resumes in order (and guards
+// c.cl).
 func (c *consumer) setPaused(p tp, paused bool) {
 	m := map[string][]int32{p.topic: {p.partition}}
 	if paused {
@@ -295,7 +299,6 @@ func (c *consumer) setPaused(p tp, paused bool) {
 	} else {
 		c.cl.ResumeFetchPartitions(m)
 	}
-	c.obs.Paused(PausedEvent{Group: c.group, Topic: p.topic, Partition: p.partition, Paused: paused})
 }
 
 // kick wakes the committer without blocking.

@@ -30,7 +30,8 @@ type partState struct {
 
 	held     int // records held: queued, running, parked
 	handling int // records in a handler right now
-	paused   bool
+	paused   bool // back-pressure: the partition gets no more records (DESIGN §3.6)
+	fetching bool // paused, but not yet with PauseFetchPartitions: the poll loop holds off instead
 	delayed  time.Time        // Transactional: paused until then for a retry copy not yet due
 	single   *unit            // ByPartition, and keyless records under ByKey
 	keys     map[string]*unit // ByKey
@@ -70,6 +71,9 @@ type item struct {
 	alone   bool // handled out of order, in a unit of its own (retry copies, foreign copies)
 	timer   *time.Timer
 	win     *txnWindow // Transactional: the window (transaction) the record was polled in
+	// set by the lane that handled it, read by finishTake
+	act  action
+	wait time.Duration // actPark: the backoff
 }
 
 type action uint8
@@ -96,6 +100,10 @@ type dispatcher struct {
 	held      int
 	handling  int // records in a handler, all partitions (detached ones included)
 	allPaused bool
+	stopping  atomic.Bool // set by stop, read by lanes between the records of a take
+	holding   int // paused partitions not paused in franz-go: the poll loop does not poll
+	idle      int // lanes waiting for a ready unit
+	pollWake  chan struct{}
 	stopped   bool
 	parked    map[*item]struct{}
 	waiters   int
@@ -114,6 +122,7 @@ func newDispatcher(c *consumer) *dispatcher {
 		parked:   make(map[*item]struct{}),
 		timers:   make(map[*time.Timer]struct{}),
 		changed:  make(chan struct{}),
+		pollWake: make(chan struct{}, 1),
 	}
 	d.cond.L = &d.mu
 	return d
@@ -285,7 +294,12 @@ func (d *dispatcher) take(n int) ([]*item, bool) {
 		if len(items) > 0 {
 			return items, true
 		}
+		d.idle++
+		if d.holding > 0 {
+			d.wakePollLocked() // lanes starve: the poll loop pauses the full partitions in franz-go
+		}
 		d.cond.Wait()
+		d.idle--
 	}
 }
 
@@ -300,16 +314,77 @@ func (d *dispatcher) popReadyLocked() *unit {
 	return u
 }
 
-// finish ends a lane's hold on one record: actDone settles it; actPark puts it back at the head of
-// its unit, which becomes ready again wait after its whole take has finished; actHold blocks the
-// unit for good.
-func (d *dispatcher) finish(it *item, act action, wait time.Duration) {
+// finishTake ends a lane's hold on a take whose first handled records ran; each one's act says
+// how: actDone settles it; actPark puts it back at the head of its unit, which becomes ready again
+// wait after its whole take has finished; actHold blocks the unit for good. The records after
+// them were not handled: they go back to the head of their unit in order (behind a parked one),
+// or are dropped, uncommitted, if they may no longer run (see runnable).
+func (d *dispatcher) finishTake(items []*item, handled int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ps, u := it.ps, it.u
-	ps.handling--
+	ready := len(d.ready) - d.rhead
+	for i := len(items) - 1; i >= handled; i-- { // back to front: each goes to its unit's head
+		it := items[i]
+		d.releaseLocked(it)
+		if d.runnableLocked(it) {
+			it.u.q = append(it.u.q, nil)
+			copy(it.u.q[1:], it.u.q)
+			it.u.q[0] = it
+		} else {
+			d.dropItemLocked(it)
+		}
+	}
+	var last *partState
+	for _, it := range items[:handled] {
+		d.releaseLocked(it)
+		d.finishLocked(it)
+		if it.ps != last && last != nil {
+			d.flowLocked(last)
+		}
+		last = it.ps
+	}
+	for _, it := range items[handled:] {
+		if u := it.u; !u.busy() && len(u.q) > 0 {
+			d.readyLocked(u)
+		}
+	}
+	if last != nil {
+		d.flowLocked(last)
+	}
+	d.flowAllLocked()
+	d.notifyLocked()
+	for range len(d.ready) - d.rhead - ready { // a lane for each unit that became ready
+		d.cond.Signal()
+	}
+}
+
+// releaseLocked ends a lane's hold on it.
+func (d *dispatcher) releaseLocked(it *item) {
+	it.ps.handling--
 	d.handling--
-	u.taken--
+	it.u.taken--
+}
+
+// dropItemLocked lets go of a held record that will not run: it stays uncommitted.
+func (d *dispatcher) dropItemLocked(it *item) {
+	it.ps.held--
+	d.held--
+	if it.win != nil {
+		it.win.w.Done()
+	}
+}
+
+// runnable reports whether a taken record may still be handled: its partition is owned, the
+// dispatcher is not stopping, and its Transactional window has not aborted.
+func (d *dispatcher) runnable(it *item) bool {
+	return !it.ps.closed.Load() && !d.stopping.Load() && (it.win == nil || it.win.w.Aborted() == nil)
+}
+
+func (d *dispatcher) runnableLocked(it *item) bool { return d.runnable(it) && !d.stopped }
+
+// finishLocked applies a handled record's act.
+func (d *dispatcher) finishLocked(it *item) {
+	ps, u, act := it.ps, it.u, it.act
 	if it.win != nil {
 		it.win.w.Done()
 		if act == actPark {
@@ -321,13 +396,12 @@ func (d *dispatcher) finish(it *item, act action, wait time.Duration) {
 		u.blocked = true
 	case act == actPark && !ps.closed.Load() && !d.stopped:
 		u.retry = append(u.retry, it)
-		u.wait = max(u.wait, wait)
+		u.wait = max(u.wait, it.wait)
 	default: // done, or a park that can no longer happen: the record stays uncommitted
 		ps.held--
 		d.held--
 	}
 	if ps.closed.Load() {
-		d.notifyLocked()
 		return
 	}
 	if u.taken == 0 && len(u.retry) > 0 {
@@ -340,14 +414,10 @@ func (d *dispatcher) finish(it *item, act action, wait time.Duration) {
 	}
 	if !u.busy() && len(u.q) > 0 {
 		d.readyLocked(u)
-		d.cond.Signal()
 	}
 	if u.keyed && !u.busy() && len(u.q) == 0 {
 		delete(ps.keys, u.key)
 	}
-	d.flowLocked(ps)
-	d.flowAllLocked()
-	d.notifyLocked()
 }
 
 func (d *dispatcher) unpark(it *item) {
@@ -400,8 +470,7 @@ func (d *dispatcher) dropLocked(ps *partState) {
 	}
 	ps.keys = nil
 	if ps.paused {
-		ps.paused = false
-		d.c.setPaused(ps.tp, false)
+		d.resumeLocked(ps)
 	}
 	d.notifyLocked()
 }
@@ -410,6 +479,7 @@ func (d *dispatcher) dropLocked(ps *partState) {
 func (d *dispatcher) stop() {
 	d.mu.Lock()
 	d.stopped = true
+	d.stopping.Store(true)
 	for it := range d.parked {
 		it.timer.Stop()
 		delete(d.parked, it)
@@ -478,6 +548,12 @@ func (d *dispatcher) notifyLocked() {
 // flowLocked pauses a partition at its bound (held records, or the tracker's span; or while the
 // whole subscription is over MaxInFlight, or a Transactional delay) and resumes it once it has
 // drained to half (DESIGN §3.6).
+//
+// A pause first only holds the poll loop off (franz-go keeps the partition's buffered records);
+// it becomes PauseFetchPartitions when a lane has nothing to do (pauseFetching), since that
+// makes franz-go drop the partition's buffered records, to fetch them again after the resume
+// (docs/performance.md, finding 1). The Transactional mode pauses in franz-go at once: its
+// poll loop must go on polling the other partitions until the window ends.
 func (d *dispatcher) flowLocked(ps *partState) {
 	if ps.closed.Load() {
 		return
@@ -493,11 +569,68 @@ func (d *dispatcher) flowLocked(ps *partState) {
 	switch {
 	case !ps.paused && (ps.held >= d.perPart || span >= d.perPart || d.allPaused || delayed):
 		ps.paused = true
-		d.c.setPaused(ps.tp, true)
+		if d.c.txnMode || delayed {
+			d.c.setPaused(ps.tp, true)
+		} else {
+			ps.fetching = true
+			d.holding++
+		}
+		d.c.obs.Paused(PausedEvent{Group: d.c.group, Topic: ps.topic, Partition: ps.partition, Paused: true})
 	case ps.paused && ps.held <= d.perPart/2 && span <= d.perPart/2 && !d.allPaused && !delayed:
-		ps.paused = false
+		d.resumeLocked(ps)
+	}
+}
+
+// resumeLocked ends a pause: in franz-go, or by letting the poll loop poll again.
+func (d *dispatcher) resumeLocked(ps *partState) {
+	ps.paused = false
+	if ps.fetching {
+		ps.fetching = false
+		if d.holding--; d.holding == 0 {
+			d.wakePollLocked()
+		}
+	} else {
 		d.c.setPaused(ps.tp, false)
 	}
+	d.c.obs.Paused(PausedEvent{Group: d.c.group, Topic: ps.topic, Partition: ps.partition, Paused: false})
+}
+
+func (d *dispatcher) wakePollLocked() {
+	select {
+	case d.pollWake <- struct{}{}:
+	default:
+	}
+}
+
+// waitRoom returns when the poll loop may poll: no partition is paused by holding the poll loop
+// off, or a lane is idle with nothing ready, in which case those partitions are paused in franz-go
+// first (each one's buffered records are dropped, and fetched again after its resume). False if
+// ctx ended.
+func (d *dispatcher) waitRoom(ctx context.Context) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.holding > 0 {
+		if d.idle > 0 && d.rhead == len(d.ready) || d.stopped {
+			for _, ps := range d.parts {
+				if ps.fetching {
+					ps.fetching = false
+					d.c.setPaused(ps.tp, true)
+				}
+			}
+			d.holding = 0
+			return true
+		}
+		d.mu.Unlock()
+		select {
+		case <-d.pollWake:
+		case <-ctx.Done():
+		}
+		d.mu.Lock()
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (d *dispatcher) flowAllLocked() {

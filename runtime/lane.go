@@ -11,29 +11,60 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// laneTake is how many records of one unit of order (a partition, a key) a lane takes at once for
+// a Handler: it handles them one after another, as it would one take at a time, and hands them
+// back to the dispatcher under one lock.
+const laneTake = 64
+
 // lane is one worker goroutine: it takes ready records from the dispatcher, runs the handler and
-// settles the outcome, until the dispatcher stops.
+// settles the outcomes, then finishes the take, until the dispatcher stops.
 func (c *consumer) lane() {
-	n := max(c.batchN, 1)
+	n := laneTake
+	switch {
+	case c.bh != nil:
+		n = max(c.batchN, 1)
+	case c.cfg.ordering == Unordered:
+		n = 1 // records of no common unit: any idle lane may take the next one
+	}
 	for {
 		items, ok := c.d.take(n)
 		if !ok {
 			return
 		}
+		handled := len(items)
 		if c.bh != nil {
 			c.handleBatch(items)
-			continue
+		} else {
+			handled = c.handleTake(items)
 		}
-		c.handle(items[0])
+		c.d.finishTake(items, handled)
 	}
 }
 
-// handle runs one record through the handler and settles it (DESIGN §3.2, §3.8).
+// handleTake handles a take's records one after another, in order, and returns how many it
+// handled. It stops after a record that must run again before those behind it (an in-place retry,
+// a panic under PanicFail), and before a record that may no longer run (its partition was revoked
+// or lost, the App is stopping, its Transactional window aborted).
+func (c *consumer) handleTake(items []*item) int {
+	if !c.tracked && !c.txnMode {
+		c.markTaken(items) // Auto: "stored when handed over" (DESIGN §3.2)
+	}
+	for i, it := range items {
+		if i > 0 && !c.d.runnable(it) {
+			return i
+		}
+		c.handle(it)
+		if it.act != actDone {
+			return i + 1
+		}
+	}
+	return len(items)
+}
+
+// handle runs one record through the handler and settles it (DESIGN §3.2, §3.8); it.act says how
+// the dispatcher must finish it.
 func (c *consumer) handle(it *item) {
 	ps := it.ps
-	if !c.tracked && !c.txnMode {
-		c.markTaken(it) // Auto: "stored when handed over"
-	}
 	ev := SettledEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, Offset: it.rec.Offset, Generation: ps.gen}
 	if it.control || it.foreign {
 		ev.Outcome = OutcomeControl
@@ -68,7 +99,7 @@ func (c *consumer) handle(it *item) {
 			ev.Outcome, ev.Err = OutcomePanic, perr
 			c.abortWindow(it.win, perr)
 			c.obs.Settled(ev)
-			c.d.finish(it, actHold, 0) // never committed; the App shuts down
+			it.act = actHold // never committed; the App shuts down
 			c.app.fail(perr)
 			return
 		}
@@ -86,7 +117,7 @@ func (c *consumer) settle(it *item, ev SettledEvent) {
 		c.kick()
 	}
 	c.obs.Settled(ev)
-	c.d.finish(it, actDone, 0)
+	it.act = actDone
 }
 
 // invoke calls the handler, recovering a panic into a *PanicError.
@@ -107,16 +138,27 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 	return nil, c.h.HandleDelivery(ctx, d)
 }
 
-// markTaken marks an Auto record for franz-go's autocommit, unless its partition is no longer
-// owned (a late mark must never reach a partition another member owns; DESIGN §3.7).
-func (c *consumer) markTaken(it *item) {
+// markTaken marks a take's Auto records for franz-go's autocommit, unless their partition is no
+// longer owned (a late mark must never reach a partition another member owns; DESIGN §3.7). The
+// last record of each partition is enough: franz-go marks the highest offset and never rewinds.
+func (c *consumer) markTaken(items []*item) {
 	if c.manual {
 		return // manual partitions commit partState.taken with kadm
 	}
 	c.markMu.Lock()
 	defer c.markMu.Unlock()
-	if !it.ps.closed.Load() {
-		c.cl.MarkCommitRecords(it.rec)
+	var high *item // the highest record of the current run of one partition
+	for i, it := range items {
+		if high == nil || it.rec.Offset > high.rec.Offset {
+			high = it
+		}
+		if i+1 < len(items) && items[i+1].ps == it.ps {
+			continue
+		}
+		if !high.ps.closed.Load() {
+			c.cl.MarkCommitRecords(high.rec)
+		}
+		high = nil
 	}
 }
 

@@ -131,5 +131,5 @@ func (c *consumer) retryInPlace(it *item, ev SettledEvent) {
 	c.log.Debug("tidemark: retrying in place", c.recAttrs(it, ev.Attempt, "err", ev.Err, "backoff", wait)...)
 	it.inPlace++
 	c.obs.Settled(ev)
-	c.d.finish(it, actPark, wait)
+	it.act, it.wait = actPark, wait
 }
