@@ -61,12 +61,13 @@ chaos:
 # TIDEMARK_KAFKA_OPTIONAL=1 turns "Kafka cannot be obtained" into one SKIPPED line and success.
 REAL_KAFKA := kfaketest/realkafka/run.sh
 .PHONY: test-real test-real-cluster
+REAL_TEST  := kfaketest/realkafka/gotest.sh
 test-real:
-	$(REAL_KAFKA) -- $(GO) test -race -count=1 -timeout 30m -run '^TestConformance$$' ./kfaketest/conformance/
+	$(REAL_KAFKA) -- $(REAL_TEST) ./kfaketest/conformance/ '^TestConformance$$' 30m
 
 # The same suite, then the leader-move and rebalance scenarios of kfaketest/realkafka, against
 # three KRaft nodes (topics with replication factor 3, min.insync.replicas 2).
 test-real-cluster:
 	$(REAL_KAFKA) --brokers 3 -- sh -c 'rc=0; \
-		$(GO) test -race -count=1 -timeout 30m -run "^TestConformance$$" ./kfaketest/conformance/ || rc=1; \
-		$(GO) test -race -count=1 -timeout 10m -v -run "^TestCluster" ./kfaketest/realkafka/ || rc=1; exit $$rc'
+		$(REAL_TEST) ./kfaketest/conformance/ "^TestConformance$$" 30m || rc=1; \
+		$(REAL_TEST) ./kfaketest/realkafka/ "^TestCluster" 10m || rc=1; exit $$rc'

@@ -113,7 +113,8 @@ func Run(t *testing.T, target Target) {
 	}
 }
 
-// loud logs to the test and to stderr, so the line shows without -v.
+// loud logs to the test and to stderr (make test-real prints every SKIPPED line of its verbose
+// log: go test hides a passing package's output).
 func loud(t *testing.T, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
