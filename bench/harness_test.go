@@ -237,8 +237,8 @@ func runApp(tb testing.TB, a app, hw map[int32]int64) time.Duration {
 
 // runRaw consumes the input with a plain franz-go poll loop with autocommit, as a service without
 // Tidemark would, and returns the time from the client's creation until its group has committed
-// the whole input.
-func runRaw(tb testing.TB, topic, group string, hw map[int32]int64, opts ...kgo.Opt) time.Duration {
+// the whole input. clk, unless nil, ticks for every record polled.
+func runRaw(tb testing.TB, topic, group string, hw map[int32]int64, clk *clock, opts ...kgo.Opt) time.Duration {
 	tb.Helper()
 	c := cluster(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -264,7 +264,12 @@ func runRaw(tb testing.TB, topic, group string, hw map[int32]int64, opts ...kgo.
 			if fs.IsClientClosed() || pollCtx.Err() != nil {
 				return
 			}
-			fs.EachRecord(func(*kgo.Record) { n.Add(1) })
+			fs.EachRecord(func(*kgo.Record) {
+				n.Add(1)
+				if clk != nil {
+					clk.tick()
+				}
+			})
 		}
 	}()
 	err = waitCommitted(ctx, c, group, topic, hw)
@@ -310,6 +315,39 @@ func profile(tb testing.TB, name string) (stop func()) {
 
 // noop is the no-op handler.
 var noop = runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return nil })
+
+// A clock times a consumer's steady state: from the first record it sees to the last record of
+// the input (want records), read once each. tick costs one atomic add per record.
+type clock struct {
+	want        int64
+	n           atomic.Int64
+	first, last atomic.Int64 // unix ns
+}
+
+func (c *clock) tick() {
+	switch c.n.Add(1) {
+	case 1:
+		c.first.Store(time.Now().UnixNano())
+	case c.want:
+		c.last.Store(time.Now().UnixNano())
+	}
+}
+
+// consumed is the time from the first record to the last; 0 if the input was not all seen.
+func (c *clock) consumed() time.Duration {
+	if c.n.Load() < c.want {
+		return 0
+	}
+	return time.Duration(c.last.Load() - c.first.Load())
+}
+
+// handler is a no-op handler that ticks c.
+func (c *clock) handler() runtime.Handler {
+	return runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error {
+		c.tick()
+		return nil
+	})
+}
 
 func total(hw map[int32]int64) int64 {
 	var n int64

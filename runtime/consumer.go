@@ -303,6 +303,9 @@ func (c *consumer) setPaused(p tp, paused bool) {
 
 // kick wakes the committer without blocking.
 func (c *consumer) kick() {
+	if len(c.wake) > 0 {
+		return // already woken
+	}
 	select {
 	case c.wake <- struct{}{}:
 	default:

@@ -28,10 +28,10 @@ type partState struct {
 	cancel context.CancelCauseFunc
 	closed atomic.Bool // set once revoked, lost or shut down: nothing more is dispatched or marked
 
-	held     int // records held: queued, running, parked
-	handling int // records in a handler right now
-	paused   bool // back-pressure: the partition gets no more records (DESIGN §3.6)
-	fetching bool // paused, but not yet with PauseFetchPartitions: the poll loop holds off instead
+	held     int              // records held: queued, running, parked
+	handling int              // records in a handler right now
+	paused   bool             // back-pressure: the partition gets no more records (DESIGN §3.6)
+	fetching bool             // paused, but not yet with PauseFetchPartitions: the poll loop holds off instead
 	delayed  time.Time        // Transactional: paused until then for a retry copy not yet due
 	single   *unit            // ByPartition, and keyless records under ByKey
 	keys     map[string]*unit // ByKey
@@ -74,6 +74,7 @@ type item struct {
 	// set by the lane that handled it, read by finishTake
 	act  action
 	wait time.Duration // actPark: the backoff
+	dl   Delivery      // the handler's argument, filled anew for every attempt
 }
 
 type action uint8
@@ -101,8 +102,8 @@ type dispatcher struct {
 	handling  int // records in a handler, all partitions (detached ones included)
 	allPaused bool
 	stopping  atomic.Bool // set by stop, read by lanes between the records of a take
-	holding   int // paused partitions not paused in franz-go: the poll loop does not poll
-	idle      int // lanes waiting for a ready unit
+	holding   int         // paused partitions not paused in franz-go: the poll loop does not poll
+	idle      int         // lanes waiting for a ready unit
 	pollWake  chan struct{}
 	stopped   bool
 	parked    map[*item]struct{}
@@ -161,8 +162,10 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 		}
 		n := 0
 		now := time.Now()
-		for _, r := range p.Records {
-			it := &item{rec: r, ps: ps, control: r.Attrs.IsControl()}
+		slab := make([]item, len(p.Records)) // one allocation for the poll's records of a partition
+		for i, r := range p.Records {
+			it := &slab[i]
+			it.rec, it.ps, it.control = r, ps, r.Attrs.IsControl()
 			var due time.Duration
 			if !it.control {
 				if g := retry.GroupOf(r); g != "" {

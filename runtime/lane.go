@@ -79,7 +79,9 @@ func (c *consumer) handle(it *item) {
 		c.resolve(it, ev, kindRetry, errSpentInWindow, 0)
 		return
 	}
-	d := &Delivery{rec: it.rec, group: c.group, generation: ps.gen, attempt: ev.Attempt}
+	d := &it.dl
+	d.rec, d.group, d.generation, d.attempt = it.rec, c.group, ps.gen, ev.Attempt
+	d.published.Store(0)
 	var start time.Time
 	if c.timed {
 		start = time.Now()
