@@ -81,9 +81,6 @@ var errShortBatch = fmt.Errorf("tidemark: the batch handler returned no result f
 
 // handleBatch runs one batch through the batch handler and settles every element (DESIGN §3.5).
 func (c *consumer) handleBatch(items []*item) {
-	if !c.tracked && !c.txnMode {
-		c.markTaken(items) // Auto: "stored when handed over" (DESIGN §3.2)
-	}
 	work := items[:0:0]
 	for _, it := range items {
 		if it.control || it.foreign {

@@ -26,16 +26,17 @@ type partState struct {
 	trk    *tracker.Partition // immutable; nil under Auto
 	ctx    context.Context    // immutable: the handlers' ctx, cancelled on lost or a passed bound
 	cancel context.CancelCauseFunc
-	closed atomic.Bool // set once revoked, lost or shut down: nothing more is dispatched or marked
+	closed atomic.Bool // set once revoked, lost or shut down: nothing more is dispatched
+	sealed atomic.Bool // set under markMu by its final marks (revoke, shutdown) or its loss: no more marks
 
-	held     int              // records held: queued, running, parked
-	handling int              // records in a handler right now
-	paused   bool             // back-pressure: the partition gets no more records (DESIGN §3.6)
-	fetching bool             // paused, but not yet with PauseFetchPartitions: the poll loop holds off instead
-	delayed  time.Time        // Transactional: paused until then for a retry copy not yet due
-	single   *unit            // ByPartition, and keyless records under ByKey
-	keys     map[string]*unit // ByKey
-	taken    int64            // Auto: next offset after the highest record taken, -1 before any
+	held      int              // records held: queued, running, parked
+	handling  int              // records in a handler right now
+	paused    bool             // back-pressure: the partition gets no more records (DESIGN §3.6)
+	holdsPoll bool             // paused by holding the poll loop off, not (yet) in franz-go
+	delayed   time.Time        // Transactional: paused until then for a retry copy not yet due
+	single    *unit            // ByPartition, and keyless records under ByKey
+	keys      map[string]*unit // ByKey
+	taken     int64            // Auto manual partitions: next offset after the highest record handled, -1 before any
 
 	// guarded by dispatcher.mu, used by the committer
 	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
@@ -287,9 +288,6 @@ func (d *dispatcher) take(n int) ([]*item, bool) {
 			u.taken += len(take)
 			u.ps.handling += len(take)
 			d.handling += len(take)
-			if last := items[len(items)-1].rec.Offset + 1; last > u.ps.taken {
-				u.ps.taken = last
-			}
 			if d.ordering != Unordered {
 				break // one unit of order per take
 			}
@@ -553,7 +551,7 @@ func (d *dispatcher) notifyLocked() {
 // drained to half (DESIGN §3.6).
 //
 // A pause first only holds the poll loop off (franz-go keeps the partition's buffered records);
-// it becomes PauseFetchPartitions when a lane has nothing to do (pauseFetching), since that
+// it becomes PauseFetchPartitions when a lane has nothing to do (waitRoom), since that
 // makes franz-go drop the partition's buffered records, to fetch them again after the resume
 // (docs/performance.md, finding 1). The Transactional mode pauses in franz-go at once: its
 // poll loop must go on polling the other partitions until the window ends.
@@ -575,7 +573,7 @@ func (d *dispatcher) flowLocked(ps *partState) {
 		if d.c.txnMode || delayed {
 			d.c.setPaused(ps.tp, true)
 		} else {
-			ps.fetching = true
+			ps.holdsPoll = true
 			d.holding++
 		}
 		d.c.obs.Paused(PausedEvent{Group: d.c.group, Topic: ps.topic, Partition: ps.partition, Paused: true})
@@ -587,8 +585,8 @@ func (d *dispatcher) flowLocked(ps *partState) {
 // resumeLocked ends a pause: in franz-go, or by letting the poll loop poll again.
 func (d *dispatcher) resumeLocked(ps *partState) {
 	ps.paused = false
-	if ps.fetching {
-		ps.fetching = false
+	if ps.holdsPoll {
+		ps.holdsPoll = false
 		if d.holding--; d.holding == 0 {
 			d.wakePollLocked()
 		}
@@ -615,8 +613,8 @@ func (d *dispatcher) waitRoom(ctx context.Context) bool {
 	for d.holding > 0 {
 		if d.idle > 0 && d.rhead == len(d.ready) || d.stopped {
 			for _, ps := range d.parts {
-				if ps.fetching {
-					ps.fetching = false
+				if ps.holdsPoll {
+					ps.holdsPoll = false
 					d.c.setPaused(ps.tp, true)
 				}
 			}
@@ -714,6 +712,13 @@ func (d *dispatcher) dropQueued() {
 	}
 	d.flowAllLocked()
 	d.notifyLocked()
+}
+
+// setTaken moves an Auto manual partition's position for kadm to off, never back.
+func (d *dispatcher) setTaken(ps *partState, off int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ps.taken = max(ps.taken, off)
 }
 
 // setWindow sets the window the next records are polled into.

@@ -21,8 +21,9 @@
 //	Retry(err)    refused: ErrRetryUnsupported   handled again in place after Backoff;
 //	                                             the position waits for it
 //
-// Auto marks each record when a lane takes it and franz-go's autocommit commits the marks: after a
-// crash or a rebalance, records taken but not processed may be committed unprocessed. Tracked
+// Auto marks a record once its handler has returned and franz-go's autocommit commits the marks:
+// under ByKey and Unordered a mark may pass records of other keys still in flight, so after a crash
+// those may be committed unprocessed. Tracked
 // commits, per partition, the lowest offset still in flight (or the highest delivered offset + 1):
 // nothing is lost; records after an unfinished one may be read again (DESIGN §3.1–3.2).
 //

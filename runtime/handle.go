@@ -86,8 +86,9 @@ func (o Ordering) String() string {
 
 // MaxInFlightPerPartition bounds the records one partition may hold in the runtime (queued,
 // running, waiting for a retry), overriding the default 1024. A partition at the bound is paused
-// with PauseFetchPartitions and resumed once it has drained to half; one poll can exceed the bound
-// by at most MaxPollRecords (DESIGN §3.6).
+// and resumed once it has drained to half; one poll can exceed the bound by at most MaxPollRecords
+// (DESIGN §3.6). The pause holds the poll loop off, and becomes franz-go's PauseFetchPartitions
+// only once a lane is idle with nothing ready (docs/consumer-internals.md, back-pressure).
 func MaxInFlightPerPartition(n int) HandleOption {
 	return handleOption(func(c *handleConfig) { c.maxInFlightPerPart = n })
 }

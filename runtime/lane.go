@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/tidemark-io/tidemark/retry"
@@ -37,6 +38,7 @@ func (c *consumer) lane() {
 		} else {
 			handled = c.handleTake(items)
 		}
+		c.markDone(items[:handled])
 		c.d.finishTake(items, handled)
 	}
 }
@@ -46,9 +48,7 @@ func (c *consumer) lane() {
 // a panic under PanicFail), and before a record that may no longer run (its partition was revoked
 // or lost, the App is stopping, its Transactional window aborted).
 func (c *consumer) handleTake(items []*item) int {
-	if !c.tracked && !c.txnMode {
-		c.markTaken(items) // Auto: "stored when handed over" (DESIGN §3.2)
-	}
+	marked := 0
 	for i, it := range items {
 		if i > 0 && !c.d.runnable(it) {
 			return i
@@ -56,6 +56,10 @@ func (c *consumer) handleTake(items []*item) int {
 		c.handle(it)
 		if it.act != actDone {
 			return i + 1
+		}
+		if i+1-marked == autoMarkEvery {
+			c.markDone(items[marked : i+1])
+			marked = i + 1
 		}
 	}
 	return len(items)
@@ -140,27 +144,49 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 	return nil, c.h.HandleDelivery(ctx, d)
 }
 
-// markTaken marks a take's Auto records for franz-go's autocommit, unless their partition is no
-// longer owned (a late mark must never reach a partition another member owns; DESIGN §3.7). The
-// last record of each partition is enough: franz-go marks the highest offset and never rewinds.
-func (c *consumer) markTaken(items []*item) {
-	if c.manual {
-		return // manual partitions commit partState.taken with kadm
+// autoMarkEvery is how many records of a long take are handled between two Auto marks.
+const autoMarkEvery = 16
+
+// markDone marks, under Auto, what a take's handled records allow for franz-go's autocommit: per
+// partition, the highest record before the first one that is not done (DESIGN §3.2, as
+// docs/commit-modes.md words it: a record is marked once its handler has returned). franz-go marks
+// the highest offset and never rewinds, so one record per partition is enough. Nothing is marked
+// for a partition whose final marks were made (revoked) or that was lost: another member may own
+// it (DESIGN §3.7). Manual partitions keep the position in partState.taken for kadm instead.
+func (c *consumer) markDone(items []*item) {
+	if c.tracked || c.txnMode || len(items) == 0 {
+		return
 	}
 	c.markMu.Lock()
 	defer c.markMu.Unlock()
-	var high *item // the highest record of the current run of one partition
-	for i, it := range items {
-		if high == nil || it.rec.Offset > high.rec.Offset {
-			high = it
-		}
-		if i+1 < len(items) && items[i+1].ps == it.ps {
+	var (
+		high    []*item      // per partition, the highest done record before any that is not done
+		stopped []*partState // partitions with a record not done: nothing after it is marked
+	)
+	for _, it := range items {
+		if slices.Contains(stopped, it.ps) {
 			continue
 		}
-		if !high.ps.closed.Load() {
-			c.cl.MarkCommitRecords(high.rec)
+		if it.act != actDone {
+			stopped = append(stopped, it.ps)
+			continue
 		}
-		high = nil
+		i := slices.IndexFunc(high, func(h *item) bool { return h.ps == it.ps }) // a take has one or a few
+		switch {
+		case i < 0:
+			high = append(high, it)
+		case it.rec.Offset > high[i].rec.Offset:
+			high[i] = it
+		}
+	}
+	for _, it := range high {
+		switch {
+		case it.ps.sealed.Load():
+		case c.manual:
+			c.d.setTaken(it.ps, it.rec.Offset+1)
+		default:
+			c.cl.MarkCommitRecords(it.rec)
+		}
 	}
 }
 

@@ -71,6 +71,7 @@ func (c *consumer) finalMarks(pss []*partState) {
 	defer c.markMu.Unlock()
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	for _, ps := range pss {
+		ps.sealed.Store(true) // Auto lanes mark nothing here from now on
 		if ps.trk == nil {
 			continue
 		}
@@ -92,6 +93,7 @@ func (c *consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 	c.markMu.Lock()
 	pss := c.d.detach(lost)
 	for _, ps := range pss {
+		ps.sealed.Store(true)
 		if ps.trk != nil {
 			ps.trk.Reset()
 		}

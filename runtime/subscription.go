@@ -23,9 +23,10 @@ const (
 )
 
 var (
-	// Auto marks each record when a lane takes it and lets franz-go's autocommit commit the marks
-	// every AutoCommitInterval: the cheapest mode. After a crash or a rebalance, records received
-	// but not yet processed may be committed unprocessed, and a retry is refused. The default.
+	// Auto marks each record once its handler has returned and lets franz-go's autocommit commit
+	// the marks every AutoCommitInterval: the cheapest mode. No tracker: under ByKey and Unordered
+	// a mark may pass records still in flight, which a crash can then lose; a retry is refused.
+	// The default.
 	Auto = CommitMode{kind: modeAuto}
 
 	// Tracked commits, per partition, the lowest offset still in flight (or the highest delivered
