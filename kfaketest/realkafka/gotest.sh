@@ -10,7 +10,7 @@ pkg=$1 run=$2 timeout=$3
 log=$(mktemp "${TMPDIR:-/tmp}/tidemark-test-real.XXXXXX")
 ${GO:-go} test -race -count=1 -timeout "$timeout" -v -run "$run" "$pkg" >"$log" 2>&1
 rc=$?
-grep -E 'SKIPPED|^(--- FAIL|FAIL|ok|panic:)' "$log" | grep -v '^    --- PASS'
+grep -E '^[a-z]+: .*SKIPPED|^(--- FAIL|FAIL|ok|panic:)' "$log"
 if [[ $rc -ne 0 ]]; then
 	echo "== $pkg failed (exit $rc); the whole log ($log):"
 	cat "$log"
