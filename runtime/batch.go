@@ -84,7 +84,7 @@ func (c *consumer) handleBatch(items []*item) {
 	work := items[:0:0]
 	for _, it := range items {
 		if it.control || it.foreign {
-			c.handle(it) // settled without the handler
+			c.handle(it, nil) // settled without the handler
 			continue
 		}
 		work = append(work, it)
@@ -95,7 +95,7 @@ func (c *consumer) handleBatch(items []*item) {
 	ds := make([]*Delivery, len(work))
 	evs := make([]SettledEvent, len(work))
 	for i, it := range work {
-		attempt := retry.Count(it.rec) + it.inPlace + 1
+		attempt := retry.Count(it.rec) + int(it.inPlace) + 1
 		ds[i] = &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
 		evs[i] = SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.rec.Offset,
 			Generation: it.ps.gen, Attempt: attempt}

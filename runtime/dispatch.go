@@ -61,21 +61,21 @@ type unit struct {
 
 func (u *unit) busy() bool { return u.taken > 0 || u.parked || u.blocked }
 
+// An item is one held record. Items are allocated in a slab per poll and partition (push), so
+// keep them small: 72 bytes.
 type item struct {
 	rec     *kgo.Record
 	ps      *partState
 	u       *unit
-	slot    tracker.Delivery
-	inPlace int  // in-place retries so far
-	control bool // a transaction marker: settled without the handler
-	foreign bool // a retry copy made by another group: settled without the handler
-	alone   bool // handled out of order, in a unit of its own (retry copies, foreign copies)
 	timer   *time.Timer
 	win     *txnWindow // Transactional: the window (transaction) the record was polled in
-	// set by the lane that handled it, read by finishTake
-	act  action
-	wait time.Duration // actPark: the backoff
-	dl   Delivery      // the handler's argument, filled anew for every attempt
+	slot    tracker.Delivery
+	wait    time.Duration // actPark: the backoff (set by the lane that handled it)
+	inPlace int32         // in-place retries so far
+	act     action        // how finishTake finishes it (set by the lane that handled it)
+	control bool          // a transaction marker: settled without the handler
+	foreign bool          // a retry copy made by another group: settled without the handler
+	alone   bool          // handled out of order, in a unit of its own (retry copies, foreign copies)
 }
 
 type action uint8
@@ -151,6 +151,7 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 		err    error
 	)
 	d.mu.Lock()
+	ready := d.readyLen()
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 || err != nil {
 			return
@@ -212,8 +213,8 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 		d.flowLocked(ps)
 	})
 	d.flowAllLocked()
+	d.wakeLanesLocked(ready)
 	d.mu.Unlock()
-	d.cond.Broadcast()
 	return events, moved, err
 }
 
@@ -293,6 +294,9 @@ func (d *dispatcher) take(n int) ([]*item, bool) {
 			}
 		}
 		if len(items) > 0 {
+			if d.holding > 0 && d.idle > 0 && d.readyLen() == 0 {
+				d.wakePollLocked() // the other lanes starve: see waitRoom
+			}
 			return items, true
 		}
 		d.idle++
@@ -323,7 +327,7 @@ func (d *dispatcher) popReadyLocked() *unit {
 func (d *dispatcher) finishTake(items []*item, handled int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ready := len(d.ready) - d.rhead
+	ready := d.readyLen()
 	for i := len(items) - 1; i >= handled; i-- { // back to front: each goes to its unit's head
 		it := items[i]
 		d.releaseLocked(it)
@@ -354,7 +358,16 @@ func (d *dispatcher) finishTake(items []*item, handled int) {
 	}
 	d.flowAllLocked()
 	d.notifyLocked()
-	for range len(d.ready) - d.rhead - ready { // a lane for each unit that became ready
+	d.wakeLanesLocked(ready)
+}
+
+func (d *dispatcher) readyLen() int { return len(d.ready) - d.rhead }
+
+// wakeLanesLocked wakes one idle lane for each unit that became ready since the ready list was
+// before long: not every lane (with thousands of lanes a broadcast per poll costs more than the
+// handlers).
+func (d *dispatcher) wakeLanesLocked(before int) {
+	for range min(d.readyLen()-before, d.idle) {
 		d.cond.Signal()
 	}
 }
@@ -575,6 +588,7 @@ func (d *dispatcher) flowLocked(ps *partState) {
 		} else {
 			ps.holdsPoll = true
 			d.holding++
+			d.wakePollLocked() // the poll loop may be waiting already: it looks again
 		}
 		d.c.obs.Paused(PausedEvent{Group: d.c.group, Topic: ps.topic, Partition: ps.partition, Paused: true})
 	case ps.paused && ps.held <= d.perPart/2 && span <= d.perPart/2 && !d.allPaused && !delayed:
@@ -611,7 +625,7 @@ func (d *dispatcher) waitRoom(ctx context.Context) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for d.holding > 0 {
-		if d.idle > 0 && d.rhead == len(d.ready) || d.stopped {
+		if d.idle > 0 && d.readyLen() == 0 || d.stopped {
 			for _, ps := range d.parts {
 				if ps.holdsPoll {
 					ps.holdsPoll = false

@@ -27,6 +27,7 @@ func (c *consumer) lane() {
 	case c.cfg.ordering == Unordered:
 		n = 1 // records of no common unit: any idle lane may take the next one
 	}
+	var dl Delivery // the handler's argument, valid for one call: reused
 	for {
 		items, ok := c.d.take(n)
 		if !ok {
@@ -36,7 +37,7 @@ func (c *consumer) lane() {
 		if c.bh != nil {
 			c.handleBatch(items)
 		} else {
-			handled = c.handleTake(items)
+			handled = c.handleTake(items, &dl)
 		}
 		c.markDone(items[:handled])
 		c.d.finishTake(items, handled)
@@ -47,13 +48,13 @@ func (c *consumer) lane() {
 // handled. It stops after a record that must run again before those behind it (an in-place retry,
 // a panic under PanicFail), and before a record that may no longer run (its partition was revoked
 // or lost, the App is stopping, its Transactional window aborted).
-func (c *consumer) handleTake(items []*item) int {
+func (c *consumer) handleTake(items []*item, dl *Delivery) int {
 	marked := 0
 	for i, it := range items {
 		if i > 0 && !c.d.runnable(it) {
 			return i
 		}
-		c.handle(it)
+		c.handle(it, dl)
 		if it.act != actDone {
 			return i + 1
 		}
@@ -66,8 +67,9 @@ func (c *consumer) handleTake(items []*item) int {
 }
 
 // handle runs one record through the handler and settles it (DESIGN §3.2, §3.8); it.act says how
-// the dispatcher must finish it.
-func (c *consumer) handle(it *item) {
+// the dispatcher must finish it. d is the lane's Delivery, filled anew for the call (nil: a new
+// one).
+func (c *consumer) handle(it *item, d *Delivery) {
 	ps := it.ps
 	ev := SettledEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, Offset: it.rec.Offset, Generation: ps.gen}
 	if it.control || it.foreign {
@@ -78,13 +80,15 @@ func (c *consumer) handle(it *item) {
 		c.settle(it, ev)
 		return
 	}
-	ev.Attempt = retry.Count(it.rec) + it.inPlace + c.txnTries(it) + 1
+	ev.Attempt = retry.Count(it.rec) + int(it.inPlace) + c.txnTries(it) + 1
 	if c.txnSpent(it) { // spent in an aborted window: settled without the handler (DESIGN §3.4)
 		c.resolve(it, ev, kindRetry, errSpentInWindow, 0)
 		return
 	}
-	d := &it.dl
-	d.rec, d.group, d.generation, d.attempt = it.rec, c.group, ps.gen, ev.Attempt
+	if d == nil {
+		d = new(Delivery)
+	}
+	d.rec, d.group, d.generation, d.attempt, d.reply = it.rec, c.group, ps.gen, ev.Attempt, nil
 	d.published.Store(0)
 	var start time.Time
 	if c.timed {
