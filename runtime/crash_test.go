@@ -260,7 +260,10 @@ func TestCrashTransactionalExactlyOnce(t *testing.T) {
 	p := c.Spawn(t, nil)
 	c.CommitLog().Wait(t, func(cs []kfaketest.Commit) bool { return len(cs) >= 2 }) // one window committed
 	p.Kill(t)
-	require.NotEqual(t, hwm, c.Committed(t, "g", "in"), "killed mid-stream")
+	// Not c.Committed: an open transaction's TxnOffsetCommit makes OffsetFetch answer
+	// UNSTABLE_OFFSET_COMMIT until the restarted instance fences it (docs/realkafka.md). The
+	// committed outputs, read up to the last stable offset, say the same.
+	require.Less(t, len(c.ReadAll(t, "out", true)), n, "killed mid-stream")
 	p.Restart(t)
 	c.WaitCommitted(t, "g", "in", hwm)
 	p.Kill(t)

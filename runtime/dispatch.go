@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,7 +111,12 @@ type dispatcher struct {
 	parked    map[*item]struct{}
 	waiters   int
 	changed   chan struct{}
-	win       *txnWindow               // Transactional: the window records are polled into
+	win       *txnWindow // Transactional: the window records are polled into
+	recs      int64      // records polled, and the bytes of their keys, values, headers
+	recBytes  int64
+	fetchCl   *kgo.Client              // the client fetchMax and partMax were read from
+	fetchMax  int32                    // its FetchMaxBytes
+	partMax   int32                    // its FetchMaxPartitionBytes, as lowered by adaptFetchLocked
 	timers    map[*time.Timer]struct{} // Transactional: partition delays
 }
 
@@ -164,10 +170,15 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 		}
 		n := 0
 		now := time.Now()
+		d.recs += int64(len(p.Records))
 		slab := make([]item, len(p.Records)) // one allocation for the poll's records of a partition
 		for i, r := range p.Records {
 			it := &slab[i]
 			it.rec, it.ps, it.control = r, ps, r.Attrs.IsControl()
+			d.recBytes += int64(len(r.Key) + len(r.Value))
+			for _, h := range r.Headers {
+				d.recBytes += int64(len(h.Key) + len(h.Value))
+			}
 			var due time.Duration
 			if !it.control {
 				if g := retry.GroupOf(r); g != "" {
@@ -585,6 +596,9 @@ func (d *dispatcher) flowLocked(ps *partState) {
 		ps.paused = true
 		if d.c.txnMode || delayed {
 			d.c.setPaused(ps.tp, true)
+			if !delayed {
+				d.adaptFetchLocked()
+			}
 		} else {
 			ps.holdsPoll = true
 			d.holding++
@@ -617,15 +631,23 @@ func (d *dispatcher) wakePollLocked() {
 	}
 }
 
+// holdMax bounds how long the poll loop holds off for a paused partition before it pauses it in
+// franz-go and polls the others: a slow partition delays its neighbours' records by at most this.
+const holdMax = 100 * time.Millisecond
+
 // waitRoom returns when the poll loop may poll: no partition is paused by holding the poll loop
-// off, or a lane is idle with nothing ready, in which case those partitions are paused in franz-go
-// first (each one's buffered records are dropped, and fetched again after its resume). False if
-// ctx ended.
+// off; or a lane is idle with nothing ready, or holdMax has passed, in which case those partitions
+// are paused in franz-go first (each one's buffered records are dropped, and fetched again after
+// its resume; see adaptFetchLocked). False if ctx ended.
 func (d *dispatcher) waitRoom(ctx context.Context) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var (
+		timer   *time.Timer
+		expired bool
+	)
 	for d.holding > 0 {
-		if d.idle > 0 && d.readyLen() == 0 || d.stopped {
+		if d.idle > 0 && d.readyLen() == 0 || d.stopped || expired {
 			for _, ps := range d.parts {
 				if ps.holdsPoll {
 					ps.holdsPoll = false
@@ -633,11 +655,18 @@ func (d *dispatcher) waitRoom(ctx context.Context) bool {
 				}
 			}
 			d.holding = 0
+			d.adaptFetchLocked()
 			return true
+		}
+		if timer == nil {
+			timer = time.NewTimer(holdMax)
+			defer timer.Stop()
 		}
 		d.mu.Unlock()
 		select {
 		case <-d.pollWake:
+		case <-timer.C:
+			expired = true
 		case <-ctx.Done():
 		}
 		d.mu.Lock()
@@ -646,6 +675,36 @@ func (d *dispatcher) waitRoom(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// recordOverhead is what a record adds to its key, value and headers in a record batch, in bytes
+// (its length, attributes, deltas and varints, plus its share of the batch header).
+const recordOverhead = 24
+
+// adaptFetchLocked lowers the client's FetchMaxPartitionBytes so that one fetch brings about
+// MaxInFlightPerPartition/2 records of a partition (at the mean size of the records polled so
+// far; 16 KiB at least), and never raises it. A partition paused in franz-go drops what franz-go
+// buffered for it, to fetch it again after the resume: a fetch bigger than the partition may hold
+// is paid twice or more (docs/consumer-internals.md, back-pressure). FetchMaxBytes is kept.
+func (d *dispatcher) adaptFetchLocked() {
+	if d.recs == 0 {
+		return
+	}
+	cl := d.c.cl
+	if cl != d.fetchCl { // a new client (the Transactional mode rebuilds its session)
+		d.fetchCl = cl
+		d.fetchMax, _ = cl.OptValue(kgo.FetchMaxBytes).(int32)
+		d.partMax, _ = cl.OptValue(kgo.FetchMaxPartitionBytes).(int32)
+	}
+	mean := d.recBytes/d.recs + recordOverhead
+	want := int32(min(max(int64(d.perPart/2)*mean, 16<<10), math.MaxInt32))
+	if want >= d.partMax || d.fetchMax <= 0 {
+		return
+	}
+	d.c.log.Debug("tidemark: fetch size lowered to what a partition may hold", "fetch_max_partition_bytes", want,
+		"was", d.partMax, "mean_record_bytes", mean)
+	d.partMax = want
+	cl.UpdateFetchMaxBytes(d.fetchMax, want)
 }
 
 func (d *dispatcher) flowAllLocked() {
