@@ -276,38 +276,22 @@ func (d *dispatcher) readyLocked(u *unit) {
 	d.ready = append(d.ready, u)
 }
 
-// take blocks until a unit is ready and returns its next records, at most n: the head and the
-// records already queued behind it in the same unit (under Unordered, the next ready records of any
-// partition), never empty and without waiting for more (DESIGN §3.5). False once the dispatcher is
-// stopped.
-func (d *dispatcher) take(n int) ([]*item, bool) {
+// take blocks until a unit is ready and returns its next records, at most n, appended to buf[:0]:
+// the head and the records already queued behind it in the same unit (under Unordered, the next
+// ready records of any partition), never empty and without waiting for more (DESIGN §3.5). False
+// once the dispatcher is stopped.
+func (d *dispatcher) take(buf []*item, n int) ([]*item, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.takeLocked(buf[:0], n)
+}
+
+func (d *dispatcher) takeLocked(items []*item, n int) ([]*item, bool) {
 	for {
 		if d.stopped {
 			return nil, false
 		}
-		var items []*item
-		for d.rhead < len(d.ready) && len(items) < n {
-			u := d.popReadyLocked()
-			if u.busy() || len(u.q) == 0 || u.ps.closed.Load() {
-				continue // stale entry
-			}
-			take, rest := batch.Cut(u.q, n-len(items))
-			items = append(items, take...)
-			clear(take)
-			u.q = rest
-			u.taken += len(take)
-			u.ps.handling += len(take)
-			d.handling += len(take)
-			if d.ordering != Unordered {
-				break // one unit of order per take
-			}
-		}
-		if len(items) > 0 {
-			if d.holding > 0 && d.idle > 0 && d.readyLen() == 0 {
-				d.wakePollLocked() // the other lanes starve: see waitRoom
-			}
+		if items = d.grabLocked(items, n); len(items) > 0 {
 			return items, true
 		}
 		d.idle++
@@ -317,6 +301,31 @@ func (d *dispatcher) take(n int) ([]*item, bool) {
 		d.cond.Wait()
 		d.idle--
 	}
+}
+
+// grabLocked is take without the wait: it appends to items what is ready, maybe nothing.
+func (d *dispatcher) grabLocked(items []*item, n int) []*item {
+	items = items[:0]
+	for d.rhead < len(d.ready) && len(items) < n {
+		u := d.popReadyLocked()
+		if u.busy() || len(u.q) == 0 || u.ps.closed.Load() {
+			continue // stale entry
+		}
+		take, rest := batch.Cut(u.q, n-len(items))
+		items = append(items, take...)
+		clear(take)
+		u.q = rest
+		u.taken += len(take)
+		u.ps.handling += len(take)
+		d.handling += len(take)
+		if d.ordering != Unordered {
+			break // one unit of order per take
+		}
+	}
+	if len(items) > 0 && d.holding > 0 && d.idle > 0 && d.readyLen() == 0 {
+		d.wakePollLocked() // the other lanes starve: see waitRoom
+	}
+	return items
 }
 
 func (d *dispatcher) popReadyLocked() *unit {
@@ -335,7 +344,9 @@ func (d *dispatcher) popReadyLocked() *unit {
 // wait after its whole take has finished; actHold blocks the unit for good. The records after
 // them were not handled: they go back to the head of their unit in order (behind a parked one),
 // or are dropped, uncommitted, if they may no longer run (see runnable).
-func (d *dispatcher) finishTake(items []*item, handled int) {
+// With next > 0 it then takes the lane's next records (take's result, at most next, in items'
+// array) under the same lock, so a lane with work waiting never parks.
+func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ready := d.readyLen()
@@ -369,7 +380,19 @@ func (d *dispatcher) finishTake(items []*item, handled int) {
 	}
 	d.flowAllLocked()
 	d.notifyLocked()
-	d.wakeLanesLocked(ready)
+	if next == 0 {
+		d.wakeLanesLocked(ready)
+		return nil, false
+	}
+	var grabbed []*item
+	if !d.stopped {
+		grabbed = d.grabLocked(items, next)
+	}
+	d.wakeLanesLocked(ready) // for what this lane did not take
+	if len(grabbed) > 0 {
+		return grabbed, true
+	}
+	return d.takeLocked(items[:0], next)
 }
 
 func (d *dispatcher) readyLen() int { return len(d.ready) - d.rhead }

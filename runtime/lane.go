@@ -28,11 +28,8 @@ func (c *consumer) lane() {
 		n = 1 // records of no common unit: any idle lane may take the next one
 	}
 	var dl Delivery // the handler's argument, valid for one call: reused
-	for {
-		items, ok := c.d.take(n)
-		if !ok {
-			return
-		}
+	items, ok := c.d.take(make([]*item, 0, n), n)
+	for ok {
 		handled := len(items)
 		if c.bh != nil {
 			c.handleBatch(items)
@@ -40,7 +37,7 @@ func (c *consumer) lane() {
 			handled = c.handleTake(items, &dl)
 		}
 		c.markDone(items[:handled])
-		c.d.finishTake(items, handled)
+		items, ok = c.d.finishTake(items, handled, n)
 	}
 }
 
