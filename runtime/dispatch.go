@@ -600,8 +600,8 @@ func (d *dispatcher) notifyLocked() {
 // A pause first only holds the poll loop off (franz-go keeps the partition's buffered records);
 // it becomes PauseFetchPartitions when a lane has nothing to do (waitRoom), since that
 // makes franz-go drop the partition's buffered records, to fetch them again after the resume
-// (docs/performance.md, finding 1). The Transactional mode pauses in franz-go at once: its
-// poll loop must go on polling the other partitions until the window ends.
+// (docs/consumer-internals.md, back-pressure). A Transactional delay (a retry copy not yet due)
+// pauses in franz-go at once: the copy must not be polled again before then.
 func (d *dispatcher) flowLocked(ps *partState) {
 	if ps.closed.Load() {
 		return
@@ -617,11 +617,8 @@ func (d *dispatcher) flowLocked(ps *partState) {
 	switch {
 	case !ps.paused && (ps.held >= d.perPart || span >= d.perPart || d.allPaused || delayed):
 		ps.paused = true
-		if d.c.txnMode || delayed {
+		if delayed { // a copy not due must not be polled at all
 			d.c.setPaused(ps.tp, true)
-			if !delayed {
-				d.adaptFetchLocked()
-			}
 		} else {
 			ps.holdsPoll = true
 			d.holding++

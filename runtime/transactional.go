@@ -125,6 +125,10 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 				n = min(n, limit-admitted)
 			}
 			pctx, cancel := context.WithDeadline(ctx, end)
+			if !c.d.waitRoom(pctx) { // back-pressure held the poll loop off until the window's end
+				cancel()
+				continue
+			}
 			fs := c.sess.PollRecords(pctx, n)
 			cancel()
 			admitted += fs.NumRecords()
