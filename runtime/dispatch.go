@@ -55,6 +55,7 @@ type unit struct {
 	taken   int           // records of the current take not yet finished
 	retry   []*item       // records of the current take waiting for an in-place retry, in order
 	wait    time.Duration // the longest backoff among retry
+	one     [1]*item      // q's first array, for a unit of one record
 	parked  bool          // the head waits for a timer (a retry, or a copy not yet due)
 	blocked bool          // the head panicked under PanicFail: nothing behind it runs
 	ready   bool          // listed in dispatcher.ready
@@ -172,6 +173,10 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 		now := time.Now()
 		d.recs += int64(len(p.Records))
 		slab := make([]item, len(p.Records)) // one allocation for the poll's records of a partition
+		var units []unit                     // Unordered: their units, one allocation too
+		if d.ordering == Unordered {
+			units = make([]unit, len(p.Records))
+		}
 		for i, r := range p.Records {
 			it := &slab[i]
 			it.rec, it.ps, it.control = r, ps, r.Attrs.IsControl()
@@ -216,7 +221,11 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 			if due > 0 {
 				d.parkLocked(it, due)
 			} else {
-				d.enqueueLocked(it)
+				var own *unit
+				if units != nil {
+					own = &units[i]
+				}
+				d.enqueueLocked(it, own)
 			}
 			n++
 		}
@@ -224,17 +233,26 @@ func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
 		d.flowLocked(ps)
 	})
 	d.flowAllLocked()
-	d.wakeLanesLocked(ready)
+	wake := min(d.readyLen()-ready, d.idle)
 	d.mu.Unlock()
+	for range wake { // one idle lane per unit that became ready, woken outside the lock
+		d.cond.Signal()
+	}
 	return events, moved, err
 }
 
-func (d *dispatcher) enqueueLocked(it *item) {
+// enqueueLocked queues it in its unit. A record handled out of order gets a unit of its own:
+// own, when the caller has one to spare (push allocates them per poll), else a new one.
+func (d *dispatcher) enqueueLocked(it *item, own *unit) {
 	ps := it.ps
 	var u *unit
 	switch {
 	case d.ordering == Unordered || it.alone:
-		u = &unit{ps: ps}
+		if own == nil {
+			own = new(unit)
+		}
+		u = own
+		u.ps, u.q = ps, u.one[:0:1]
 	case d.ordering == ByKey && it.rec.Key != nil && !it.control:
 		u = ps.keys[string(it.rec.Key)]
 		if u == nil {
@@ -344,8 +362,8 @@ func (d *dispatcher) popReadyLocked() *unit {
 // wait after its whole take has finished; actHold blocks the unit for good. The records after
 // them were not handled: they go back to the head of their unit in order (behind a parked one),
 // or are dropped, uncommitted, if they may no longer run (see runnable).
-// With next > 0 it then takes the lane's next records (take's result, at most next, in items'
-// array) under the same lock, so a lane with work waiting never parks.
+// Then it takes the lane's next records under the same lock (take's result, at most next, in
+// items' array), so a lane with work waiting never parks.
 func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -380,10 +398,6 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 	}
 	d.flowAllLocked()
 	d.notifyLocked()
-	if next == 0 {
-		d.wakeLanesLocked(ready)
-		return nil, false
-	}
 	var grabbed []*item
 	if !d.stopped {
 		grabbed = d.grabLocked(items, next)
