@@ -250,8 +250,9 @@ func (c *consumer) waitReady(ctx context.Context) error {
 }
 
 // checkTopics fails Start when a subscribed, RetryTo, DeadLetter or Reply topic does not exist
-// (DESIGN §3.3), naming the option and the topic, instead of waiting for an assignment that never
-// comes or retrying a produce forever.
+// (DESIGN §3.3), or a Partitions subscription names a partition its topic does not have, naming
+// the option and the topic, instead of waiting for an assignment or records that never come or
+// retrying a produce forever.
 func (a *App) checkTopics(ctx context.Context) error {
 	type use struct{ option, topic string }
 	var uses []use
@@ -286,6 +287,20 @@ func (a *App) checkTopics(ctx context.Context) error {
 	for _, u := range uses {
 		if td, ok := details[u.topic]; !ok || td.Err != nil {
 			errs = append(errs, configErr(u.option, "topic %q does not exist", u.topic))
+		}
+	}
+	for _, c := range a.consumers {
+		if c.sub.kind != subPartitions {
+			continue
+		}
+		td, ok := details[c.sub.topics[0]]
+		if !ok || td.Err != nil {
+			continue // reported above
+		}
+		for _, p := range c.sub.partitions {
+			if _, ok := td.Partitions[p]; !ok {
+				errs = append(errs, configErr(c.sub.String(), "topic %q has no partition %d (it has %d)", td.Topic, p, len(td.Partitions)))
+			}
 		}
 	}
 	return errors.Join(errs...)

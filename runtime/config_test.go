@@ -93,6 +93,16 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 		{"zero MaxPollRecords", []runtime.Option{brokers, runtime.DefaultGroup("g"), runtime.MaxPollRecords(0)},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
 			[]string{"MaxPollRecords"}},
+		{"empty topic names (DeadLetter(os.Getenv(...)) with the variable unset)", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t"), ack, runtime.DeadLetter(""), runtime.RetryTo(""), runtime.DeadLetter(""))
+			},
+			[]string{`Topic("t"): DeadLetter`, `Topic("t"): RetryTo`}},
+		{"negative Transactional durations on a Tracked subscription", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t").Commit(runtime.Tracked), ack, runtime.CommitInterval(-time.Second), runtime.WindowTimeout(0))
+			},
+			[]string{`Topic("t"): CommitInterval`, `Topic("t"): WindowTimeout`}},
 		{"every problem at once", []runtime.Option{runtime.MaxPollRecords(-1)},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.Workers(-2)) },
 			[]string{"Brokers", "MaxPollRecords", `Topic("t"): Workers`, `Topic("t").Group`}},
@@ -159,4 +169,19 @@ func TestFailedStartClosesAProducerOpenedByPublish(t *testing.T) {
 	require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("early")}))
 	require.Error(t, app.Start(ctx), "no subscription")
 	require.ErrorIs(t, app.Publish(ctx, &kgo.Record{Topic: "out"}), runtime.ErrClosed)
+}
+
+// A Partitions subscription naming a partition its topic does not have fails Start, naming the
+// partition, instead of waiting for records that never come.
+func TestStartFailsOnAMissingPartition(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Partitions("in", 1, 7).Group("g"), ack, runtime.RetryToSource())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := app.Start(ctx)
+	require.EqualError(t, err, `tidemark: Partitions("in", [1 7]): topic "in" has no partition 7 (it has 2)`)
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.NoError(t, app.Shutdown(ctx))
 }

@@ -28,9 +28,10 @@ var (
 )
 
 // A ConfigError is an invalid or conflicting option, returned (joined with the others) by Start
-// before any I/O (DESIGN §3.10). Option names the option as the user wrote it.
+// before any I/O (DESIGN §3.10). Option names the option as the user wrote it, qualified by its
+// subscription for a registration's options.
 type ConfigError struct {
-	Option string // "Workers", "Brokers", "Topic(\"payouts\").Group", ...
+	Option string // "Brokers", "MaxPollRecords", "Topic(\"payouts\").Group", "Topic(\"payouts\"): Workers", ...
 	Err    error
 }
 

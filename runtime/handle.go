@@ -28,6 +28,15 @@ type handleConfig struct {
 	retryToSource      bool
 	commitInterval     time.Duration // Transactional: window length
 	windowTimeout      time.Duration // Transactional: barrier bound
+	emptyTopics        []string      // options given "" as their topic: Start reports them
+}
+
+// noteEmpty remembers an option that named the empty topic, which would otherwise read as unset
+// (DeadLetter(os.Getenv("DLQ")) with the variable unset must not turn dead-lettering off).
+func (c *handleConfig) noteEmpty(option, topic string) {
+	if topic == "" {
+		c.emptyTopics = append(c.emptyTopics, option)
+	}
 }
 
 func defaultHandleConfig() handleConfig {
@@ -126,7 +135,7 @@ func OnPanic(p PanicPolicy) HandleOption {
 
 // Reply names the topic a JSONReply handler publishes its results to (DESIGN §3.9).
 func Reply(topic string) HandleOption {
-	return handleOption(func(c *handleConfig) { c.replyTopic = topic })
+	return handleOption(func(c *handleConfig) { c.replyTopic = topic; c.noteEmpty("Reply", topic) })
 }
 
 // MaxAttempts caps the deliveries of a record at n, the first included (in-place retries and
@@ -141,14 +150,17 @@ func MaxAttempts(n int) HandleOption {
 // and, without MaxAttempts, the first failure go there with provenance headers (package dlq), once
 // Kafka has acknowledged them the original is settled. Start fails when the topic does not exist.
 func DeadLetter(topic string) HandleOption {
-	return handleOption(func(c *handleConfig) { c.deadLetter = topic })
+	return handleOption(func(c *handleConfig) { c.deadLetter = topic; c.noteEmpty("DeadLetter", topic) })
 }
 
 // RetryTo sends retry copies to topic, hashed by key as franz-go's default partitioner does, and
 // adds topic to the subscription (same group, handler and mode) so its copies are consumed. Start
 // fails when the topic does not exist. Not for manual-partition subscriptions (use RetryToSource).
 func RetryTo(topic string) HandleOption {
-	return handleOption(func(c *handleConfig) { c.retryTo, c.retryToSource = topic, false })
+	return handleOption(func(c *handleConfig) {
+		c.retryTo, c.retryToSource = topic, false
+		c.noteEmpty("RetryTo", topic)
+	})
 }
 
 // RetryToSource sends each retry copy back to the topic and partition its record came from. It is

@@ -75,12 +75,15 @@ func validate(cfg appConfig, regs []registration) error {
 			if s.kind == subPartitions {
 				add(name+".Commit", "Transactional needs group membership: manual partitions cannot use it")
 			}
-			if r.cfg.commitInterval <= 0 {
-				add(name+": CommitInterval", "need a positive duration, got %s", r.cfg.commitInterval)
-			}
-			if r.cfg.windowTimeout <= 0 {
-				add(name+": WindowTimeout", "need a positive duration, got %s", r.cfg.windowTimeout)
-			}
+		}
+		if r.cfg.commitInterval <= 0 {
+			add(name+": CommitInterval", "need a positive duration, got %s", r.cfg.commitInterval)
+		}
+		if r.cfg.windowTimeout <= 0 {
+			add(name+": WindowTimeout", "need a positive duration, got %s", r.cfg.windowTimeout)
+		}
+		for _, option := range slices.Compact(slices.Sorted(slices.Values(r.cfg.emptyTopics))) {
+			add(name+": "+option, "empty topic name")
 		}
 		if r.cfg.maxAttemptsSet && r.cfg.maxAttempts < 1 {
 			add(name+": MaxAttempts", "need at least 1, got %d", r.cfg.maxAttempts)
