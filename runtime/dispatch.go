@@ -147,6 +147,7 @@ func (d *dispatcher) add(ps *partState) {
 	}
 	d.parts[ps.tp] = ps
 	d.flowLocked(ps)
+	d.wakePollLocked() // a held poll loop may now have a partition to poll for
 }
 
 // push queues one poll's records. It never blocks on a lane. It returns ErrTrackerFull if a
@@ -410,6 +411,18 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 }
 
 func (d *dispatcher) readyLen() int { return len(d.ready) - d.rhead }
+
+// anyRunningLocked reports whether an owned partition is not paused: only then can a poll bring
+// records a lane may take. With every partition paused, pausing them in franz-go would only drop
+// the records they need next.
+func (d *dispatcher) anyRunningLocked() bool {
+	for _, ps := range d.parts {
+		if !ps.paused {
+			return true
+		}
+	}
+	return false
+}
 
 // wakeLanesLocked wakes one idle lane for each unit that became ready since the ready list was
 // before long: not every lane (with thousands of lanes a broadcast per poll costs more than the
@@ -681,7 +694,7 @@ func (d *dispatcher) waitRoom(ctx context.Context) bool {
 		expired bool
 	)
 	for d.holding > 0 {
-		if d.idle > 0 && d.readyLen() == 0 || d.stopped || expired {
+		if (d.idle > 0 && d.readyLen() == 0 || expired) && d.anyRunningLocked() || d.stopped {
 			for _, ps := range d.parts {
 				if ps.holdsPoll {
 					ps.holdsPoll = false
