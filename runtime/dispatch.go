@@ -372,7 +372,7 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 	for i := len(items) - 1; i >= handled; i-- { // back to front: each goes to its unit's head
 		it := items[i]
 		d.releaseLocked(it)
-		if d.runnableLocked(it) {
+		if d.runnable(it) {
 			it.u.q = append(it.u.q, nil)
 			copy(it.u.q[1:], it.u.q)
 			it.u.q[0] = it
@@ -424,8 +424,8 @@ func (d *dispatcher) anyRunningLocked() bool {
 	return false
 }
 
-// wakeLanesLocked wakes one idle lane for each unit that became ready since the ready list was
-// before long: not every lane (with thousands of lanes a broadcast per poll costs more than the
+// wakeLanesLocked wakes one idle lane for each unit that became ready since the ready list held
+// before units: not every lane (with thousands of lanes, a broadcast per poll costs more than the
 // handlers).
 func (d *dispatcher) wakeLanesLocked(before int) {
 	for range min(d.readyLen()-before, d.idle) {
@@ -454,8 +454,6 @@ func (d *dispatcher) dropItemLocked(it *item) {
 func (d *dispatcher) runnable(it *item) bool {
 	return !it.ps.closed.Load() && !d.stopping.Load() && (it.win == nil || it.win.w.Aborted() == nil)
 }
-
-func (d *dispatcher) runnableLocked(it *item) bool { return d.runnable(it) && !d.stopped }
 
 // finishLocked applies a handled record's act.
 func (d *dispatcher) finishLocked(it *item) {
@@ -662,12 +660,11 @@ func (d *dispatcher) resumeLocked(ps *partState) {
 	ps.paused = false
 	if ps.holdsPoll {
 		ps.holdsPoll = false
-		if d.holding--; d.holding == 0 {
-			d.wakePollLocked()
-		}
+		d.holding--
 	} else {
 		d.c.setPaused(ps.tp, false)
 	}
+	d.wakePollLocked() // a held poll loop may poll now, or pause the others in franz-go for it
 	d.c.obs.Paused(PausedEvent{Group: d.c.group, Topic: ps.topic, Partition: ps.partition, Paused: false})
 }
 
