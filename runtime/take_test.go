@@ -515,8 +515,7 @@ func TestTakeTransactionalRetryInTheMiddleOfATake(t *testing.T) {
 	hwm := c.HighWatermarks(t, "in")
 	failed := map[int64]bool{}
 	var fmu sync.Mutex
-	var app *runtime.App
-	app = runtime.New(appOpts(c)...)
+	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-take")),
 		transform(&app, func(ctx context.Context, d *runtime.Delivery) error {
 			off := d.Record().Offset
