@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,4 +164,52 @@ func TestInFlightEventsShowAStalledPartition(t *testing.T) {
 	}, "no InFlight event showed the stall")
 	close(release)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+}
+
+// A partition paused in franz-go that resumes while another partition holds the poll loop off is
+// polled again, though the other one stays full behind a stuck record (DESIGN §3.6): partition 1
+// fills behind its blocked first record and is paused in franz-go (a lane is idle); partition 0
+// then fills behind its own blocked record and holds the poll loop off with both lanes busy and
+// every partition paused; partition 1's record is released, it drains and resumes, and all 20 of
+// its records must be handled and committed while partition 0 is still stuck.
+func TestAResumedPartitionIsPolledWhileAnotherHoldsThePollLoop(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	release0, release1 := newGate(), newGate()
+	started0, started1 := make(chan struct{}), make(chan struct{})
+	paused0 := make(chan struct{})
+	var once0, once1, onceP sync.Once
+	obs := &pauseObserver{observer: &observer{}, onPaused: func(e runtime.PausedEvent) {
+		if e.Partition == 0 && e.Paused {
+			onceP.Do(func() { close(paused0) })
+		}
+	}}
+	app := runtime.New(appOpts(c, runtime.Observe(obs), runtime.MaxPollRecords(4))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if d.Record().Offset != 0 {
+				return nil
+			}
+			g, started, once := release0, started0, &once0
+			if d.Record().Partition == 1 {
+				g, started, once = release1, started1, &once1
+			}
+			once.Do(func() { close(started) })
+			select {
+			case <-g.ch:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}), runtime.Workers(2), runtime.MaxInFlightPerPartition(4))
+	c.ProduceValues(t, "in", 1, numbered(20)...)
+	start(t, app)
+	waitClosed(t, started1, "partition 1's first record never started")
+	c.ProduceValues(t, "in", 0, numbered(20)...)
+	waitClosed(t, started0, "partition 0's first record never started")
+	waitClosed(t, paused0, "partition 0 was never paused")
+	release1.open()
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 0, 1: 20})
+	release0.open()
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 20, 1: 20})
+	stop(t, app)
 }
