@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -56,6 +57,52 @@ func partitionsOf(e runtime.RebalancedEvent, topic string) []int32 {
 	return slices.Sorted(slices.Values(e.Partitions[topic]))
 }
 
+// A revokeWatch notes, through a test observer's onRebal and onPaused hooks, the member's first
+// revoke that names partitions and each partition's latest Paused state.
+type revokeWatch struct {
+	revoked chan struct{} // closed on that first revoke
+	once    sync.Once
+	mu      sync.Mutex
+	first   runtime.RebalancedEvent
+	paused  map[int32]bool
+}
+
+func newRevokeWatch() *revokeWatch {
+	return &revokeWatch{revoked: make(chan struct{}), paused: map[int32]bool{}}
+}
+
+func (w *revokeWatch) onRebal(e runtime.RebalancedEvent) {
+	if e.Kind != "revoked" || len(e.Partitions) == 0 {
+		return
+	}
+	w.once.Do(func() {
+		w.mu.Lock()
+		w.first = e
+		w.mu.Unlock()
+		close(w.revoked)
+	})
+}
+
+func (w *revokeWatch) onPaused(e runtime.PausedEvent) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.paused[e.Partition] = e.Paused
+}
+
+// firstRevoke returns the first revoke that named partitions (zero before it).
+func (w *revokeWatch) firstRevoke() runtime.RebalancedEvent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.first
+}
+
+// pausedNow returns each partition's latest Paused state.
+func (w *revokeWatch) pausedNow() map[int32]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.paused)
+}
+
 // requireNonDecreasing fails unless the commits the cluster received for each of group's
 // partitions of topic never go backwards.
 func requireNonDecreasing(t *testing.T, c *kfaketest.Cluster, group, topic string, parts ...int32) {
@@ -97,29 +144,10 @@ func TestRevokeWithWorkInFlightCommitsWhatFinishedBeforeHandingOver(t *testing.T
 	// moved partition are never started by A. A holds at most MaxInFlightPerPartition(4) records,
 	// so with 5 fetched each partition is paused, and the revoke resumes the moved one (DESIGN
 	// §3.7: "resume it if it was paused").
-	revoked := make(chan struct{})
-	var (
-		revokeOnce sync.Once
-		revokedEv  runtime.RebalancedEvent
-		pausedA    = map[int32]bool{}
-		pmu        sync.Mutex
-	)
-	obsA := &pauseObserver{observer: &observer{}}
-	obsA.onRebal = func(e runtime.RebalancedEvent) {
-		if e.Kind == "revoked" && len(e.Partitions) > 0 {
-			revokeOnce.Do(func() {
-				pmu.Lock()
-				revokedEv = e
-				pmu.Unlock()
-				close(revoked)
-			})
-		}
-	}
-	obsA.onPaused = func(e runtime.PausedEvent) {
-		pmu.Lock()
-		defer pmu.Unlock()
-		pausedA[e.Partition] = e.Paused
-	}
+	watch := newRevokeWatch()
+	revoked := watch.revoked
+	obsA := &pauseObserver{observer: &observer{}, onPaused: watch.onPaused}
+	obsA.onRebal = watch.onRebal
 	var aLog handledLog
 	appA := runtime.New(appOpts(c, runtime.Observe(obsA))...)
 	runtime.Handle(appA, sub, runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
@@ -150,9 +178,7 @@ func TestRevokeWithWorkInFlightCommitsWhatFinishedBeforeHandingOver(t *testing.T
 		}
 		return n[0] == 5 && n[1] == 5
 	}, "A did not receive all 10 records")
-	pmu.Lock()
-	require.Equal(t, map[int32]bool{0: true, 1: true}, pausedA, "both partitions are paused at 5 held")
-	pmu.Unlock()
+	require.Equal(t, map[int32]bool{0: true, 1: true}, watch.pausedNow(), "both partitions are paused at 5 held")
 	before := c.CommitLog().All()
 	require.NotEmpty(t, before)
 	memberA := before[0].Member
@@ -192,6 +218,7 @@ func TestRevokeWithWorkInFlightCommitsWhatFinishedBeforeHandingOver(t *testing.T
 	waitClosed(t, revoked, "A was never revoked a partition")
 
 	// Exactly one partition moved.
+	revokedEv := watch.firstRevoke()
 	moved := partitionsOf(revokedEv, "in")
 	require.Len(t, moved, 1, "cooperative-sticky moves exactly one partition: %v", revokedEv)
 	px, py := moved[0], 1-moved[0]
@@ -222,9 +249,7 @@ func TestRevokeWithWorkInFlightCommitsWhatFinishedBeforeHandingOver(t *testing.T
 
 	requireNonDecreasing(t, c, "g", "in", 0, 1)
 	require.Equal(t, map[int32]int64{0: 5, 1: 5}, c.Committed(t, "g", "in"))
-	pmu.Lock()
-	require.False(t, pausedA[px], "the revoke resumed the moved partition")
-	pmu.Unlock()
+	require.False(t, watch.pausedNow()[px], "the revoke resumed the moved partition")
 }
 
 // A completion of a delivery taken before its partition was revoked is a silent no-op: the member

@@ -236,23 +236,10 @@ func TestTakeRevokeInTheMiddleHandsOverTheRest(t *testing.T) {
 	}
 	sub := runtime.Topic("in").Group("g").Commit(runtime.Tracked)
 
-	revoked := make(chan struct{})
-	var (
-		once      sync.Once
-		revokedMu sync.Mutex
-		revokedEv runtime.RebalancedEvent
-	)
+	watch := newRevokeWatch()
+	revoked := watch.revoked
 	obsA := newTakeObserver()
-	obsA.onRebal = func(e runtime.RebalancedEvent) {
-		if e.Kind == "revoked" && len(e.Partitions) > 0 {
-			once.Do(func() {
-				revokedMu.Lock()
-				revokedEv = e
-				revokedMu.Unlock()
-				close(revoked)
-			})
-		}
-	}
+	obsA.onRebal = watch.onRebal
 	all0, all1 := obsA.delivered(0, 100), obsA.delivered(1, 100)
 	blocked := map[int32]chan struct{}{0: make(chan struct{}), 1: make(chan struct{})}
 	var aLog handledLog
@@ -292,9 +279,8 @@ func TestTakeRevokeInTheMiddleHandsOverTheRest(t *testing.T) {
 
 	waitClosed(t, revoked, "A was never revoked a partition")
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 100, 1: 100})
-	revokedMu.Lock()
+	revokedEv := watch.firstRevoke()
 	moved := partitionsOf(revokedEv, "in")
-	revokedMu.Unlock()
 	require.Len(t, moved, 1, "cooperative-sticky moves exactly one partition: %v", revokedEv)
 	px, py := moved[0], 1-moved[0]
 
@@ -422,41 +408,53 @@ func TestTakeShutdownInTheMiddleLosesNothing(t *testing.T) {
 	require.Equal(t, offsetRange(int64(len(handled)), 200), second.offsets(0), "the restarted member's handler calls")
 }
 
-// DESIGN §3.2/§3.8: "A panic under Auto fails fast but its record may already be committed" —
-// its record, not the records behind it, which no handler ever saw. With a take of 64 marked as a
-// whole before it is handled, the fail-fast shutdown commits up to 63 records past the panicking
-// one, which are then never handled by anyone.
-func TestTakeAutoPanicCommitsNothingBehindThePanickingRecord(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	c.ProduceValues(t, "in", 0, numbered(100)...)
-	obs := newTakeObserver()
-	all := obs.delivered(0, 100)
-	var s seen
-	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
-	runtime.Handle(app, runtime.Topic("in").Group("g"), // Auto
-		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			s.add(string(d.Record().Value), d.Attempt())
-			switch d.Record().Offset {
-			case 0:
-				select {
-				case <-all:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			case 5:
-				panic("bad record")
-			}
-			return nil
-		}))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var perr *runtime.PanicError
-	require.ErrorAs(t, app.Run(ctx), &perr)
-	require.Equal(t, int64(5), perr.Offset)
-	require.Equal(t, numbered(6), s.values(), "handled 0..5")
-	committed := c.Committed(t, "g", "in")[0]
-	require.Contains(t, []int64{5, 6}, committed,
-		"committed %d: records 6..%d were committed but never handled", committed, committed-1)
+// A panic under PanicFail at offset 5, in the middle of a take of 0..63: Run returns the
+// *PanicError, the records behind it in the take are never handled, and none of them is committed
+// (DESIGN §3.8). Under Tracked the committed offset is exactly the panicking record; DESIGN §3.2
+// lets Auto commit "its record", 6 at most, never the records behind it (a take marked as a whole
+// before it was handled would commit up to 63 records no handler saw).
+func TestTakePanicInTheMiddleCommitsNothingBehindIt(t *testing.T) {
+	for _, tc := range []struct {
+		mode      runtime.CommitMode
+		committed []int64 // the committed offsets allowed
+	}{
+		{runtime.Tracked, []int64{5}},
+		{runtime.Auto, []int64{5, 6}},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			c.ProduceValues(t, "in", 0, numbered(100)...)
+			obs := newTakeObserver()
+			all := obs.delivered(0, 100)
+			var s seen
+			app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(tc.mode),
+				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+					s.add(string(d.Record().Value), d.Attempt())
+					switch d.Record().Offset {
+					case 0:
+						select {
+						case <-all:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					case 5:
+						panic("bad record")
+					}
+					return nil
+				}))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var perr *runtime.PanicError
+			require.ErrorAs(t, app.Run(ctx), &perr)
+			require.Equal(t, int64(5), perr.Offset)
+			require.Equal(t, numbered(6), s.values(), "handled 0..5")
+			committed := c.Committed(t, "g", "in")
+			require.Len(t, committed, 1)
+			require.Contains(t, tc.committed, committed[0],
+				"committed %d: records 6..%d were committed but never handled", committed[0], committed[0]-1)
+		})
+	}
 }
 
 // A graceful Shutdown under Auto in the middle of a take: the records of the take no handler was
@@ -700,32 +698,15 @@ func TestTakeRevokeWhileThePollLoopHolds(t *testing.T) {
 		c.ProduceValues(t, "in", p, numbered(100)...)
 	}
 	sub := runtime.Topic("in").Group("g").Commit(runtime.Tracked)
-	revoked := make(chan struct{})
+	watch := newRevokeWatch()
+	revoked := watch.revoked
 	blocked := make(chan struct{})
 	var (
-		once, bOnce sync.Once
-		blockedP    int32
-		revokedMu   sync.Mutex
-		revokedEv   runtime.RebalancedEvent
-		pausedMu    sync.Mutex
-		paused      = map[int32]bool{}
+		bOnce    sync.Once
+		blockedP int32
 	)
-	obsA := &pauseObserver{observer: &observer{}}
-	obsA.onRebal = func(e runtime.RebalancedEvent) {
-		if e.Kind == "revoked" && len(e.Partitions) > 0 {
-			once.Do(func() {
-				revokedMu.Lock()
-				revokedEv = e
-				revokedMu.Unlock()
-				close(revoked)
-			})
-		}
-	}
-	obsA.onPaused = func(e runtime.PausedEvent) {
-		pausedMu.Lock()
-		defer pausedMu.Unlock()
-		paused[e.Partition] = e.Paused
-	}
+	obsA := &pauseObserver{observer: &observer{}, onPaused: watch.onPaused}
+	obsA.onRebal = watch.onRebal
 	var aLog handledLog
 	appA := runtime.New(appOpts(c, runtime.Observe(obsA), runtime.MaxPollRecords(20))...)
 	runtime.Handle(appA, sub, runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
@@ -745,9 +726,7 @@ func TestTakeRevokeWhileThePollLoopHolds(t *testing.T) {
 	start(t, appA)
 	waitClosed(t, blocked, "A never reached an offset 3")
 	eventually(t, func() bool {
-		pausedMu.Lock()
-		defer pausedMu.Unlock()
-		return paused[blockedP]
+		return watch.pausedNow()[blockedP]
 	}, "the blocked partition should be paused (held) while the lane is blocked")
 
 	var bLog handledLog
@@ -759,9 +738,8 @@ func TestTakeRevokeWhileThePollLoopHolds(t *testing.T) {
 	start(t, appB)
 	waitClosed(t, revoked, "A was never revoked a partition")
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 100, 1: 100})
-	revokedMu.Lock()
+	revokedEv := watch.firstRevoke()
 	moved := partitionsOf(revokedEv, "in")
-	revokedMu.Unlock()
 	require.Len(t, moved, 1, "cooperative-sticky moves exactly one partition: %v", revokedEv)
 	px, py := moved[0], 1-moved[0]
 	a, b := aLog.offsets(px), bLog.offsets(px)
@@ -770,37 +748,4 @@ func TestTakeRevokeWhileThePollLoopHolds(t *testing.T) {
 	require.Equal(t, offsetRange(0, 100), aLog.offsets(py), "A's calls on the kept partition %d", py)
 	require.Empty(t, bLog.offsets(py))
 	requireNonDecreasing(t, c, "g", "in", 0, 1)
-}
-
-// A panic under PanicFail in the middle of a take (Tracked): the records behind it in the take are
-// never handled, and the committed offset is exactly the panicking record (DESIGN §3.8).
-func TestTakeTrackedPanicInTheMiddleCommitsUpToIt(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	c.ProduceValues(t, "in", 0, numbered(100)...)
-	obs := newTakeObserver()
-	all := obs.delivered(0, 100)
-	var s seen
-	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
-		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			s.add(string(d.Record().Value), d.Attempt())
-			switch d.Record().Offset {
-			case 0:
-				select {
-				case <-all:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			case 5:
-				panic("bad record")
-			}
-			return nil
-		}))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var perr *runtime.PanicError
-	require.ErrorAs(t, app.Run(ctx), &perr)
-	require.Equal(t, int64(5), perr.Offset)
-	require.Equal(t, numbered(6), s.values(), "handled 0..5")
-	require.Equal(t, map[int32]int64{0: 5}, c.Committed(t, "g", "in"))
 }
