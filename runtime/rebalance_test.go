@@ -96,6 +96,29 @@ func (w *revokeWatch) firstRevoke() runtime.RebalancedEvent {
 	return w.first
 }
 
+// movedOne returns, of a two-partition topic, the partition the first revoke moved and the one
+// kept, failing unless exactly one moved (cooperative-sticky moves one to a second member).
+func (w *revokeWatch) movedOne(t *testing.T, topic string) (moved, kept int32) {
+	t.Helper()
+	ev := w.firstRevoke()
+	ps := partitionsOf(ev, topic)
+	require.Len(t, ps, 1, "cooperative-sticky moves exactly one partition: %v", ev)
+	return ps[0], 1 - ps[0]
+}
+
+// startLogging starts a member of sub whose handler only logs what it is given.
+func startLogging(t *testing.T, c *kfaketest.Cluster, sub runtime.Subscription, opts []runtime.Option, hopts ...runtime.HandleOption) (*runtime.App, *handledLog) {
+	t.Helper()
+	var log handledLog
+	app := runtime.New(appOpts(c, opts...)...)
+	runtime.Handle(app, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+		log.add(d)
+		return nil
+	}), hopts...)
+	start(t, app)
+	return app, &log
+}
+
 // pausedNow returns each partition's latest Paused state.
 func (w *revokeWatch) pausedNow() map[int32]bool {
 	w.mu.Lock()
@@ -206,22 +229,13 @@ func TestRevokeWithWorkInFlightCommitsWhatFinishedBeforeHandingOver(t *testing.T
 			}
 		}
 	}
-	var bLog handledLog
-	appB := runtime.New(appOpts(c, runtime.Observe(obsB))...)
-	runtime.Handle(appB, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-		bLog.add(d)
-		return nil
-	}), runtime.Workers(2))
-	start(t, appB)
+	_, bLog := startLogging(t, c, sub, []runtime.Option{runtime.Observe(obsB)}, runtime.Workers(2))
 
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 5, 1: 5})
 	waitClosed(t, revoked, "A was never revoked a partition")
 
 	// Exactly one partition moved.
-	revokedEv := watch.firstRevoke()
-	moved := partitionsOf(revokedEv, "in")
-	require.Len(t, moved, 1, "cooperative-sticky moves exactly one partition: %v", revokedEv)
-	px, py := moved[0], 1-moved[0]
+	px, py := watch.movedOne(t, "in")
 
 	// A handled 0,1,2 of the moved partition (3 and 4 were dropped from its queue) and all of the
 	// other; B handled exactly 3 and 4 of the moved partition, starting at A's commit.
@@ -335,13 +349,7 @@ func TestLateCompletionAfterRevokeCommitsNothing(t *testing.T) {
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1, 1: 1})
 	memberA := c.CommitLog().All()[0].Member
 
-	var bLog handledLog
-	appB := runtime.New(appOpts(c)...)
-	runtime.Handle(appB, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-		bLog.add(d)
-		return nil
-	}), runtime.Workers(2))
-	start(t, appB)
+	appB, bLog := startLogging(t, c, sub, nil, runtime.Workers(2))
 
 	waitClosed(t, revoked, "A was never revoked a partition")
 	mu.Lock()

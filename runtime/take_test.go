@@ -269,20 +269,11 @@ func TestTakeRevokeInTheMiddleHandsOverTheRest(t *testing.T) {
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 10, 1: 10})
 	memberA := c.CommitLog().All()[0].Member
 
-	var bLog handledLog
-	appB := runtime.New(appOpts(c)...)
-	runtime.Handle(appB, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-		bLog.add(d)
-		return nil
-	}), runtime.Workers(2))
-	start(t, appB)
+	_, bLog := startLogging(t, c, sub, nil, runtime.Workers(2))
 
 	waitClosed(t, revoked, "A was never revoked a partition")
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 100, 1: 100})
-	revokedEv := watch.firstRevoke()
-	moved := partitionsOf(revokedEv, "in")
-	require.Len(t, moved, 1, "cooperative-sticky moves exactly one partition: %v", revokedEv)
-	px, py := moved[0], 1-moved[0]
+	px, py := watch.movedOne(t, "in")
 
 	require.Equal(t, offsetRange(0, 11), aLog.offsets(px), "A's handler calls on the moved partition %d", px)
 	require.Equal(t, offsetRange(11, 100), bLog.offsets(px), "B's handler calls on the moved partition %d", px)
@@ -729,19 +720,10 @@ func TestTakeRevokeWhileThePollLoopHolds(t *testing.T) {
 		return watch.pausedNow()[blockedP]
 	}, "the blocked partition should be paused (held) while the lane is blocked")
 
-	var bLog handledLog
-	appB := runtime.New(appOpts(c)...)
-	runtime.Handle(appB, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-		bLog.add(d)
-		return nil
-	}))
-	start(t, appB)
+	_, bLog := startLogging(t, c, sub, nil)
 	waitClosed(t, revoked, "A was never revoked a partition")
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 100, 1: 100})
-	revokedEv := watch.firstRevoke()
-	moved := partitionsOf(revokedEv, "in")
-	require.Len(t, moved, 1, "cooperative-sticky moves exactly one partition: %v", revokedEv)
-	px, py := moved[0], 1-moved[0]
+	px, py := watch.movedOne(t, "in")
 	a, b := aLog.offsets(px), bLog.offsets(px)
 	require.Equal(t, offsetRange(0, 100), append(slices.Clone(a), b...),
 		"moved partition %d: A's calls %v then B's %v are every offset once, in order", px, a, b)
