@@ -369,16 +369,18 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ready := d.readyLen()
-	for i := len(items) - 1; i >= handled; i-- { // back to front: each goes to its unit's head
-		it := items[i]
+	// Records not handled come from one unit (only a Handler's take stops early): back to its head.
+	var back []*item
+	for _, it := range items[handled:] {
 		d.releaseLocked(it)
 		if d.runnable(it) {
-			it.u.q = append(it.u.q, nil)
-			copy(it.u.q[1:], it.u.q)
-			it.u.q[0] = it
+			back = append(back, it)
 		} else {
 			d.dropItemLocked(it)
 		}
+	}
+	if len(back) > 0 {
+		back[0].u.q = append(back, back[0].u.q...)
 	}
 	var last *partState
 	for _, it := range items[:handled] {

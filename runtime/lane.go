@@ -33,34 +33,38 @@ func (c *consumer) lane() {
 		handled := len(items)
 		if c.bh != nil {
 			c.handleBatch(items)
+			c.markDone(items)
 		} else {
 			handled = c.handleTake(items, &dl)
 		}
-		c.markDone(items[:handled])
 		items, ok = c.d.finishTake(items, handled, n)
 	}
 }
 
-// handleTake handles a take's records one after another, in order, and returns how many it
-// handled. It stops after a record that must run again before those behind it (an in-place retry,
-// a panic under PanicFail), and before a record that may no longer run (its partition was revoked
-// or lost, the App is stopping, its Transactional window aborted).
+// handleTake handles a take's records one after another, in order, marks them (Auto) every
+// autoMarkEvery records and at the end, and returns how many it handled. It stops after a record
+// that must run again before those behind it (an in-place retry, a panic under PanicFail), and
+// before a record that may no longer run (its partition was revoked or lost, the App is stopping,
+// its Transactional window aborted).
 func (c *consumer) handleTake(items []*item, dl *Delivery) int {
-	marked := 0
+	marked, handled := 0, len(items)
 	for i, it := range items {
 		if i > 0 && !c.d.runnable(it) {
-			return i
+			handled = i
+			break
 		}
 		c.handle(it, dl)
 		if it.act != actDone {
-			return i + 1
+			handled = i + 1
+			break
 		}
 		if i+1-marked == autoMarkEvery {
 			c.markDone(items[marked : i+1])
 			marked = i + 1
 		}
 	}
-	return len(items)
+	c.markDone(items[marked:handled])
+	return handled
 }
 
 // handle runs one record through the handler and settles it (DESIGN §3.2, §3.8); it.act says how
