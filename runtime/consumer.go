@@ -258,35 +258,50 @@ func (c *consumer) assignManual(ctx context.Context) error {
 	return nil
 }
 
-// poll is the poll loop: poll at most MaxPollRecords, queue them (never blocking on a lane), allow
-// rebalancing, repeat until ctx ends (DESIGN §2, §3.11).
+// poll is the poll loop: take everything franz-go has buffered, queue it MaxPollRecords at a time
+// (never blocking on a lane), allow rebalancing, repeat until ctx ends (DESIGN §2, §3.6, §3.11).
+// franz-go fetches from a broker again only once its buffered fetch has been taken whole: taking
+// it at once lets the next fetch overlap the queueing and the handlers. What a partition has no
+// room for waits in its backlog, and the poll loop holds off while one is large (waitRoom).
 func (c *consumer) poll(ctx context.Context) {
+	n := c.app.cfg.maxPollRecords
 	for {
 		if !c.d.waitRoom(ctx) {
 			return
 		}
-		fs := c.cl.PollRecords(ctx, c.app.cfg.maxPollRecords)
+		if err := c.d.fatalErr(); err != nil {
+			c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
+			return
+		}
+		fs := c.cl.PollRecords(ctx, -1) // everything buffered: franz-go fetches the next at once
 		if fs.IsClientClosed() {
 			c.cl.AllowRebalance()
 			return
 		}
-		c.logFetchErrors(fs)
-		events, moved, err := c.d.push(fs)
+		ok := c.queue(fs, n)
 		c.cl.AllowRebalance()
-		for _, ev := range events {
-			c.obs.Delivered(ev)
-		}
-		if moved {
-			c.kick()
-		}
-		if err != nil {
-			c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
-			return
-		}
-		if ctx.Err() != nil {
+		if !ok || ctx.Err() != nil {
 			return
 		}
 	}
+}
+
+// queue pushes one poll's records to the dispatcher, n at a time, and reports them; false (the App
+// failed) if a tracker overflowed.
+func (c *consumer) queue(fs kgo.Fetches, n int) bool {
+	c.logFetchErrors(fs)
+	events, moved, err := c.d.push(fs, n)
+	for _, ev := range events {
+		c.obs.Delivered(ev)
+	}
+	if moved {
+		c.kick()
+	}
+	if err != nil {
+		c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
+		return false
+	}
+	return true
 }
 
 // setPaused pauses or resumes fetching one partition in franz-go. It only takes franz-go's pause

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,14 +29,18 @@ type partState struct {
 	closed atomic.Bool // set once revoked, lost or shut down: nothing more is dispatched
 	sealed atomic.Bool // set under markMu by its final marks (revoke, shutdown) or its loss: no more marks
 
-	held      int              // records held: queued, running, parked
-	handling  int              // records in a handler right now
-	paused    bool             // back-pressure: the partition gets no more records (DESIGN §3.6)
-	holdsPoll bool             // paused by holding the poll loop off, not (yet) in franz-go
-	delayed   time.Time        // Transactional: paused until then for a retry copy not yet due
-	single    *unit            // ByPartition, and keyless records under ByKey
-	keys      map[string]*unit // ByKey
-	taken     int64            // Auto manual partitions: next offset after the highest record handled, -1 before any
+	held        int              // records held: queued, running, parked
+	handling    int              // records in a handler right now
+	paused      bool             // back-pressure: the partition gets no more records (DESIGN §3.6)
+	holdsPoll   bool             // paused, and holding the poll loop off
+	fetchPaused bool             // paused in franz-go (PauseFetchPartitions)
+	backlog     []*kgo.Record    // polled beyond the bounds, in offset order: admitted as the partition drains
+	slab        []item           // items not yet used, allocated for the records admitted together
+	units       []unit           // Unordered: units not yet used, likewise
+	delayed     time.Time        // Transactional: paused until then for a retry copy not yet due
+	single      *unit            // ByPartition, and keyless records under ByKey
+	keys        map[string]*unit // ByKey
+	taken       int64            // Auto manual partitions: next offset after the highest record handled, -1 before any
 
 	// guarded by dispatcher.mu, used by the committer
 	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
@@ -105,25 +108,23 @@ type dispatcher struct {
 	handling  int // records in a handler, all partitions (detached ones included)
 	allPaused bool
 	stopping  atomic.Bool // set by stop, read by lanes between the records of a take
-	holding   int         // paused partitions not paused in franz-go: the poll loop does not poll
+	holding   int         // partitions holding the poll loop off (holdsPoll): it does not poll
+	backlogs  bool        // records beyond a partition's bounds wait in its backlog (not Transactional)
+	fatal     error       // the tracker overflowed while admitting from a backlog (ErrTrackerFull)
 	idle      int         // lanes waiting for a ready unit
 	pollWake  chan struct{}
 	stopped   bool
 	parked    map[*item]struct{}
 	waiters   int
 	changed   chan struct{}
-	win       *txnWindow // Transactional: the window records are polled into
-	recs      int64      // records polled, and the bytes of their keys, values, headers
-	recBytes  int64
-	fetchCl   *kgo.Client              // the client fetchMax and partMax were read from
-	fetchMax  int32                    // its FetchMaxBytes
-	partMax   int32                    // its FetchMaxPartitionBytes, as lowered by adaptFetchLocked
+	win       *txnWindow               // Transactional: the window records are polled into
 	timers    map[*time.Timer]struct{} // Transactional: partition delays
 }
 
 func newDispatcher(c *consumer) *dispatcher {
 	d := &dispatcher{
 		c:        c,
+		backlogs: !c.txnMode,
 		ordering: c.cfg.ordering,
 		perPart:  c.cfg.maxInFlightPerPart,
 		maxAll:   c.cfg.maxInFlight,
@@ -150,96 +151,167 @@ func (d *dispatcher) add(ps *partState) {
 	d.wakePollLocked() // a held poll loop may now have a partition to poll for
 }
 
-// push queues one poll's records. It never blocks on a lane. It returns ErrTrackerFull if a
-// partition's tracker ring overflowed (a bug in pausing), which is fatal.
-func (d *dispatcher) push(fs kgo.Fetches) ([]DeliveredEvent, bool, error) {
+// push queues one poll's records, at most n under one hold of the lock. It never blocks on a lane.
+// It returns ErrTrackerFull's cause if a partition's tracker ring overflowed (a bug in pausing),
+// which is fatal.
+//
+// With backlogs (Auto and Tracked), a partition takes records only while it has room under its
+// bounds; the rest wait in its backlog, in offset order, and are admitted as it drains (see
+// admitLocked). Without (Transactional: everything polled belongs to the window), every record is
+// queued and a partition's bound is exceeded by at most one poll.
+func (d *dispatcher) push(fs kgo.Fetches, n int) ([]DeliveredEvent, bool, error) {
 	var (
 		events []DeliveredEvent
 		moved  bool
 		err    error
 	)
-	d.mu.Lock()
-	ready := d.readyLen()
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 || err != nil {
 			return
 		}
-		key := tp{p.Topic, p.Partition}
-		ps := d.parts[key]
-		if ps == nil {
-			ps = d.c.newPart(key)
-			d.parts[key] = ps
+		var ev DeliveredEvent
+		for recs := p.Records; len(recs) > 0 && err == nil; {
+			var chunk []*kgo.Record
+			chunk, recs = batch.Cut(recs, n)
+			var m bool
+			m, ev, err = d.pushPart(p.Topic, p.Partition, chunk)
+			moved = moved || m
 		}
-		n := 0
-		now := time.Now()
-		d.recs += int64(len(p.Records))
-		slab := make([]item, len(p.Records)) // one allocation for the poll's records of a partition
-		var units []unit                     // Unordered: their units, one allocation too
-		if d.ordering == Unordered {
-			units = make([]unit, len(p.Records))
-		}
-		for i, r := range p.Records {
-			it := &slab[i]
-			it.rec, it.ps, it.control = r, ps, r.Attrs.IsControl()
-			d.recBytes += int64(len(r.Key) + len(r.Value))
-			for _, h := range r.Headers {
-				d.recBytes += int64(len(h.Key) + len(h.Value))
-			}
-			var due time.Duration
-			if !it.control {
-				if g := retry.GroupOf(r); g != "" {
-					it.alone = true // a copy is out of order by nature (DESIGN §3.3)
-					it.foreign = g != d.c.group
-					if nb, ok := retry.NotBefore(r); ok && !it.foreign {
-						due = nb.Sub(now)
-					}
-				}
-			}
-			if ps.trk != nil {
-				slot, derr := ps.trk.Deliver(r.Offset, r.LeaderEpoch)
-				if derr != nil {
-					err = derr
-					return
-				}
-				it.slot = slot
-				if it.control { // DESIGN §3.7a: markers are settled by the runtime itself
-					moved = ps.trk.Complete(slot) == tracker.Completed || moved
-					continue
-				}
-			}
-			if d.win != nil {
-				if d.win.w.Aborted() != nil {
-					return // the whole window is read again
-				}
-				if due > 0 { // DESIGN §3.4: abort once, pause the partition until the copy is due
-					d.win.w.Abort(errCopyNotDue)
-					d.delayLocked(ps, now.Add(due))
-					return
-				}
-				it.win = d.win
-				d.win.w.Add(1)
-			}
-			if due > 0 {
-				d.parkLocked(it, due)
-			} else {
-				var own *unit
-				if units != nil {
-					own = &units[i]
-				}
-				d.enqueueLocked(it, own)
-			}
-			n++
-		}
-		events = append(events, DeliveredEvent{Group: d.c.group, Topic: p.Topic, Partition: p.Partition, Records: n, InFlight: ps.held})
-		d.flowLocked(ps)
+		ev.Records = len(p.Records)
+		events = append(events, ev)
 	})
+	return events, moved, err
+}
+
+// pushPart queues recs, records of one partition, under one hold of the lock.
+func (d *dispatcher) pushPart(topic string, partition int32, recs []*kgo.Record) (bool, DeliveredEvent, error) {
+	d.mu.Lock()
+	ready := d.readyLen()
+	key := tp{topic, partition}
+	ps := d.parts[key]
+	if ps == nil {
+		ps = d.c.newPart(key)
+		d.parts[key] = ps
+	}
+	moved, err := d.admitLocked(ps, recs)
+	ev := DeliveredEvent{Group: d.c.group, Topic: topic, Partition: partition, InFlight: ps.held}
+	d.flowLocked(ps)
 	d.flowAllLocked()
 	wake := min(d.readyLen()-ready, d.idle)
 	d.mu.Unlock()
 	for range wake { // one idle lane per unit that became ready, woken outside the lock
 		d.cond.Signal()
 	}
-	return events, moved, err
+	return moved, ev, err
+}
+
+// slabLen is how many items (or units) to allocate at once for ps when left records wait: what
+// its bound has room for, at least 64, at most left.
+func (d *dispatcher) slabLen(ps *partState, left int) int {
+	if !d.backlogs {
+		return left
+	}
+	return min(left, max(d.perPart-ps.held, 64))
+}
+
+// roomLocked reports whether ps may take one more record: it holds fewer than
+// MaxInFlightPerPartition records, its tracker's span is below the bound too, and the
+// subscription is below MaxInFlight (DESIGN §3.6). Always true without backlogs.
+func (d *dispatcher) roomLocked(ps *partState) bool {
+	if !d.backlogs {
+		return true
+	}
+	return ps.held < d.perPart && (ps.trk == nil || ps.trk.Span() < d.perPart) && (d.maxAll <= 0 || d.held < d.maxAll)
+}
+
+// admitLocked hands ps's backlog, then recs, to its units while ps has room (roomLocked); the
+// records that do not fit are appended to the backlog. Each admitted record is delivered to the
+// tracker (Tracked), joins the Transactional window, and is queued, parked (a retry copy not yet
+// due) or settled at once (a transaction marker). It reports whether a marker moved the
+// watermark, and ErrTrackerFull's cause if the ring overflowed.
+func (d *dispatcher) admitLocked(ps *partState, recs []*kgo.Record) (moved bool, err error) {
+	if len(ps.backlog) > 0 {
+		n, m, err := d.admitSomeLocked(ps, ps.backlog)
+		clear(ps.backlog[:n])
+		ps.backlog = ps.backlog[n:]
+		if moved = m; err != nil || len(ps.backlog) > 0 {
+			ps.backlog = append(ps.backlog, recs...)
+			return moved, err
+		}
+		ps.backlog = nil // let go of the array
+	}
+	n, m, err := d.admitSomeLocked(ps, recs)
+	if n < len(recs) && err == nil {
+		ps.backlog = append(ps.backlog, recs[n:]...) // a new array: recs is franz-go's
+	}
+	return moved || m, err
+}
+
+// admitSomeLocked admits recs in order while ps has room and returns how many it used up (admitted,
+// settled or, in an aborted Transactional window, let go).
+func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used int, moved bool, err error) {
+	now := time.Time{}
+	for i, r := range recs {
+		if !d.roomLocked(ps) {
+			return i, moved, nil
+		}
+		if len(ps.slab) == 0 { // items (and Unordered units) come in slabs: about one allocation per poll
+			ps.slab = make([]item, d.slabLen(ps, len(recs)-i))
+		}
+		it := &ps.slab[0]
+		ps.slab = ps.slab[1:]
+		it.rec, it.ps, it.control = r, ps, r.Attrs.IsControl()
+		var due time.Duration
+		if !it.control {
+			if g := retry.GroupOf(r); g != "" {
+				it.alone = true // a copy is out of order by nature (DESIGN §3.3)
+				it.foreign = g != d.c.group
+				if nb, ok := retry.NotBefore(r); ok && !it.foreign {
+					if now.IsZero() {
+						now = time.Now()
+					}
+					due = nb.Sub(now)
+				}
+			}
+		}
+		if ps.trk != nil {
+			slot, derr := ps.trk.Deliver(r.Offset, r.LeaderEpoch)
+			if derr != nil {
+				return i, moved, derr
+			}
+			it.slot = slot
+			if it.control { // DESIGN §3.7a: markers are settled by the runtime itself
+				moved = ps.trk.Complete(slot) == tracker.Completed || moved
+				continue
+			}
+		}
+		if d.win != nil {
+			if d.win.w.Aborted() != nil {
+				return len(recs), moved, nil // the whole window is read again
+			}
+			if due > 0 { // DESIGN §3.4: abort once, pause the partition until the copy is due
+				d.win.w.Abort(errCopyNotDue)
+				d.delayLocked(ps, time.Now().Add(due))
+				return len(recs), moved, nil
+			}
+			it.win = d.win
+			d.win.w.Add(1)
+		}
+		if due > 0 {
+			d.parkLocked(it, due)
+			continue
+		}
+		var own *unit
+		if d.ordering == Unordered {
+			if len(ps.units) == 0 {
+				ps.units = make([]unit, d.slabLen(ps, len(recs)-i))
+			}
+			own = &ps.units[0]
+			ps.units = ps.units[1:]
+		}
+		d.enqueueLocked(it, own)
+	}
+	return len(recs), moved, nil
 }
 
 // enqueueLocked queues it in its unit. A record handled out of order gets a unit of its own:
@@ -544,6 +616,7 @@ func (d *dispatcher) dropLocked(ps *partState) {
 		ps.single.q = nil
 	}
 	ps.keys = nil
+	ps.backlog, ps.slab, ps.units = nil, nil, nil
 	if ps.paused {
 		d.resumeLocked(ps)
 	}
@@ -620,18 +693,29 @@ func (d *dispatcher) notifyLocked() {
 	}
 }
 
-// flowLocked pauses a partition at its bound (held records, or the tracker's span; or while the
-// whole subscription is over MaxInFlight, or a Transactional delay) and resumes it once it has
-// drained to half (DESIGN §3.6).
+// flowLocked admits what ps's backlog has room for, pauses ps at its bound (held records, or the
+// tracker's span; or while the whole subscription is over MaxInFlight, or a Transactional delay)
+// and resumes it once it has drained to half with an empty backlog (DESIGN §3.6).
 //
-// A pause first only holds the poll loop off (franz-go keeps the partition's buffered records);
-// it becomes PauseFetchPartitions when a lane has nothing to do (waitRoom), since that
+// A paused partition holds the poll loop off while its backlog is not empty (without backlogs,
+// while it is paused): franz-go keeps its next buffered fetch, and nothing is fetched twice. The
+// poll loop pauses it in franz-go only when a lane has nothing to do (waitRoom), since that
 // makes franz-go drop the partition's buffered records, to fetch them again after the resume
 // (docs/consumer-internals.md, back-pressure). A Transactional delay (a retry copy not yet due)
 // pauses in franz-go at once: the copy must not be polled again before then.
 func (d *dispatcher) flowLocked(ps *partState) {
 	if ps.closed.Load() {
 		return
+	}
+	if len(ps.backlog) > 0 && d.roomLocked(ps) {
+		moved, err := d.admitLocked(ps, nil)
+		if err != nil && d.fatal == nil {
+			d.fatal = err
+			d.wakePollLocked() // the poll loop fails the App
+		}
+		if moved {
+			d.c.kick()
+		}
 	}
 	delayed := !ps.delayed.IsZero() && time.Now().Before(ps.delayed)
 	// The tracker's ring also fills behind a record stuck in flight (a parked copy, a slow key)
@@ -642,30 +726,44 @@ func (d *dispatcher) flowLocked(ps *partState) {
 		span = ps.trk.Span()
 	}
 	switch {
-	case !ps.paused && (ps.held >= d.perPart || span >= d.perPart || d.allPaused || delayed):
+	case !ps.paused && (ps.held >= d.perPart || span >= d.perPart || d.allPaused || delayed || len(ps.backlog) > 0):
 		ps.paused = true
 		if delayed { // a copy not due must not be polled at all
+			ps.fetchPaused = true
 			d.c.setPaused(ps.tp, true)
-		} else {
-			ps.holdsPoll = true
-			d.holding++
-			d.wakePollLocked() // the poll loop may be waiting already: it looks again
 		}
 		d.c.obs.Paused(PausedEvent{Group: d.c.group, Topic: ps.topic, Partition: ps.partition, Paused: true})
-	case ps.paused && ps.held <= d.perPart/2 && span <= d.perPart/2 && !d.allPaused && !delayed:
+	case ps.paused && ps.held <= d.perPart/2 && span <= d.perPart/2 && !d.allPaused && !delayed && len(ps.backlog) == 0:
 		d.resumeLocked(ps)
 	}
+	d.holdLocked(ps)
+}
+
+// holdLocked sets whether ps holds the poll loop off: paused, not in franz-go, and with a backlog
+// of MaxInFlightPerPartition records or more: enough to refill its bound once more, so another
+// fetch can wait (without backlogs: paused).
+func (d *dispatcher) holdLocked(ps *partState) {
+	hold := ps.paused && !ps.fetchPaused && (len(ps.backlog) >= d.perPart || !d.backlogs)
+	if hold == ps.holdsPoll {
+		return
+	}
+	ps.holdsPoll = hold
+	if hold {
+		d.holding++
+	} else {
+		d.holding--
+	}
+	d.wakePollLocked() // the poll loop may poll now, or pause the others in franz-go for a lane
 }
 
 // resumeLocked ends a pause: in franz-go, or by letting the poll loop poll again.
 func (d *dispatcher) resumeLocked(ps *partState) {
 	ps.paused = false
-	if ps.holdsPoll {
-		ps.holdsPoll = false
-		d.holding--
-	} else {
+	if ps.fetchPaused {
+		ps.fetchPaused = false
 		d.c.setPaused(ps.tp, false)
 	}
+	d.holdLocked(ps)
 	d.wakePollLocked() // a held poll loop may poll now, or pause the others in franz-go for it
 	d.c.obs.Paused(PausedEvent{Group: d.c.group, Topic: ps.topic, Partition: ps.partition, Paused: false})
 }
@@ -677,42 +775,28 @@ func (d *dispatcher) wakePollLocked() {
 	}
 }
 
-// holdMax bounds how long the poll loop holds off for a paused partition before it pauses it in
-// franz-go and polls the others: a slow partition delays its neighbours' records by at most this.
-const holdMax = 100 * time.Millisecond
-
-// waitRoom returns when the poll loop may poll: no partition is paused by holding the poll loop
-// off; or a lane is idle with nothing ready, or holdMax has passed, in which case those partitions
-// are paused in franz-go first (each one's buffered records are dropped, and fetched again after
-// its resume; see adaptFetchLocked). False if ctx ended.
+// waitRoom returns when the poll loop may poll: no partition holds it off (holdLocked); or a lane
+// is idle with nothing ready while a partition that is not paused waits for records, in which case
+// the holding partitions are paused in franz-go first (each one's buffered records are dropped,
+// and fetched again after its resume). While every lane has work, a poll
+// could only feed backlogs: the poll loop waits. False if ctx ended.
 func (d *dispatcher) waitRoom(ctx context.Context) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var (
-		timer   *time.Timer
-		expired bool
-	)
-	for d.holding > 0 {
-		if (d.idle > 0 && d.readyLen() == 0 || expired) && d.anyRunningLocked() || d.stopped {
+	for d.holding > 0 && d.fatal == nil {
+		if d.idle > 0 && d.readyLen() == 0 && d.anyRunningLocked() || d.stopped {
 			for _, ps := range d.parts {
 				if ps.holdsPoll {
-					ps.holdsPoll = false
+					ps.holdsPoll, ps.fetchPaused = false, true
 					d.c.setPaused(ps.tp, true)
 				}
 			}
 			d.holding = 0
-			d.adaptFetchLocked()
 			return true
-		}
-		if timer == nil {
-			timer = time.NewTimer(holdMax)
-			defer timer.Stop()
 		}
 		d.mu.Unlock()
 		select {
 		case <-d.pollWake:
-		case <-timer.C:
-			expired = true
 		case <-ctx.Done():
 		}
 		d.mu.Lock()
@@ -723,34 +807,11 @@ func (d *dispatcher) waitRoom(ctx context.Context) bool {
 	return true
 }
 
-// recordOverhead is what a record adds to its key, value and headers in a record batch, in bytes
-// (its length, attributes, deltas and varints, plus its share of the batch header).
-const recordOverhead = 24
-
-// adaptFetchLocked lowers the client's FetchMaxPartitionBytes so that one fetch brings about
-// MaxInFlightPerPartition/2 records of a partition (at the mean size of the records polled so
-// far; 16 KiB at least), and never raises it. A partition paused in franz-go drops what franz-go
-// buffered for it, to fetch it again after the resume: a fetch bigger than the partition may hold
-// is paid twice or more (docs/consumer-internals.md, back-pressure). FetchMaxBytes is kept.
-func (d *dispatcher) adaptFetchLocked() {
-	if d.recs == 0 {
-		return
-	}
-	cl := d.c.cl
-	if cl != d.fetchCl { // a new client (the Transactional mode rebuilds its session)
-		d.fetchCl = cl
-		d.fetchMax, _ = cl.OptValue(kgo.FetchMaxBytes).(int32)
-		d.partMax, _ = cl.OptValue(kgo.FetchMaxPartitionBytes).(int32)
-	}
-	mean := d.recBytes/d.recs + recordOverhead
-	want := int32(min(max(int64(d.perPart/2)*mean, 16<<10), math.MaxInt32))
-	if want >= d.partMax || d.fetchMax <= 0 {
-		return
-	}
-	d.c.log.Debug("tidemark: fetch size lowered to what a partition may hold", "fetch_max_partition_bytes", want,
-		"was", d.partMax, "mean_record_bytes", mean)
-	d.partMax = want
-	cl.UpdateFetchMaxBytes(d.fetchMax, want)
+// fatalErr returns the error that ended admitting from a backlog (the tracker overflowed), if any.
+func (d *dispatcher) fatalErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fatal
 }
 
 func (d *dispatcher) flowAllLocked() {

@@ -138,7 +138,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 				break
 			}
 			c.logFetchErrors(fs)
-			events, _, err := c.d.push(fs)
+			events, _, err := c.d.push(fs, n)
 			c.sess.AllowRebalance()
 			for _, ev := range events {
 				c.obs.Delivered(ev)
