@@ -23,17 +23,20 @@ type memCase struct {
 
 var memCases = []memCase{
 	{name: "idle", in: input{topic: "mem-empty", partitions: 8}},
-	{name: "blocked-100k", in: input{topic: "mem-100k", partitions: 8, records: 100_000}},
+	{name: "blocked-250k", in: input{topic: "mem-250k", partitions: 8, records: 250_000}},
 	{name: "blocked-1M", in: e2eInput},
-	{name: "slow-100k", in: input{topic: "mem-100k", partitions: 8, records: 100_000}, slow: true},
+	{name: "slow-250k", in: input{topic: "mem-250k", partitions: 8, records: 250_000}, slow: true},
 	{name: "slow-1M", in: e2eInput, slow: true},
 }
 
 // BenchmarkMemory starts the consumer as a separate process (this test binary re-executed, see
-// runChild) against the shared cluster, where a backlog waits: nothing (idle), 100,000 or
-// 1,000,000 records of 100 bytes on 8 partitions. The consumer runs Tracked with 8 lanes, the
-// default bounds (MaxInFlightPerPartition 1024, MaxPollRecords 500) and kgo.FetchMaxBytes(8 MiB);
-// its handler blocks (blocked-*: the runtime fills its bounds and pauses every partition) or
+// runChild) against the shared cluster, where a backlog waits: nothing (idle), 250,000 or
+// 1,000,000 records of 100 bytes on 8 partitions. Both backlogs are larger than what the consumer
+// may hold (its bounds, one fetch in its partitions' backlogs and one buffered in franz-go: about
+// 2 × 57,000 records at FetchMaxBytes 8 MiB), so comparing them measures growth with the backlog,
+// not the size of the input. The consumer runs Tracked with 8 lanes, the default bounds
+// (MaxInFlightPerPartition 1024, MaxPollRecords 500) and kgo.FetchMaxBytes(8 MiB); its handler
+// blocks (blocked-*: the runtime fills its bounds and pauses every partition) or
 // sleeps 1ms per record (slow-*: fetching goes on as the lanes drain). The benchmark reports the
 // process's peak RSS (VmHWM from /proc/<pid>/status) over the run, which must not grow with the
 // backlog, and the records the runtime held at the end.

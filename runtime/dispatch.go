@@ -697,7 +697,7 @@ func (d *dispatcher) notifyLocked() {
 // tracker's span; or while the whole subscription is over MaxInFlight, or a Transactional delay)
 // and resumes it once it has drained to half with an empty backlog (DESIGN §3.6).
 //
-// A paused partition holds the poll loop off while its backlog is not empty (without backlogs,
+// A paused partition holds the poll loop off while its backlog is a full bound (without backlogs,
 // while it is paused): franz-go keeps its next buffered fetch, and nothing is fetched twice. The
 // poll loop pauses it in franz-go only when a lane has nothing to do (waitRoom), since that
 // makes franz-go drop the partition's buffered records, to fetch them again after the resume

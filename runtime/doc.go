@@ -32,7 +32,7 @@
 // Workers(n) lanes take ready work dynamically: ByPartition (default) keeps a partition's records
 // in order, ByKey keeps equal keys in order, Unordered keeps none (DESIGN §3.6). The poll loop never
 // blocks on a lane: a partition holding MaxInFlightPerPartition records is paused and resumed once
-// it has drained to half.
+// it has drained to half; what was polled beyond the bound waits in the partition's backlog.
 //
 // # Rebalances
 //

@@ -95,9 +95,11 @@ func (o Ordering) String() string {
 
 // MaxInFlightPerPartition bounds the records one partition may hold in the runtime (queued,
 // running, waiting for a retry), overriding the default 1024. A partition at the bound is paused
-// and resumed once it has drained to half; one poll can exceed the bound by at most MaxPollRecords
-// (DESIGN §3.6). The pause holds the poll loop off, and becomes franz-go's PauseFetchPartitions
-// only once a lane is idle with nothing ready (docs/consumer-internals.md, back-pressure).
+// and resumed once it has drained to half (DESIGN §3.6). Under Auto and Tracked, records polled
+// beyond the bound wait in the partition's backlog (at most about a bound plus one fetch) and the
+// poll loop holds off while that backlog is a full bound; under Transactional one poll can exceed
+// the bound by at most MaxPollRecords. A pause becomes franz-go's PauseFetchPartitions only once a
+// lane is idle with nothing ready (docs/consumer-internals.md, back-pressure).
 func MaxInFlightPerPartition(n int) HandleOption {
 	return handleOption(func(c *handleConfig) { c.maxInFlightPerPart = n })
 }

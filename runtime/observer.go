@@ -7,7 +7,7 @@ import "time"
 // callbacks) and must be fast and non-blocking. Embed NopObserver to implement only some methods.
 type Observer interface {
 	// Delivered: a poll handed Records records of one partition to the runtime; InFlight is what
-	// that partition holds now.
+	// that partition holds now (records in its backlog, beyond MaxInFlightPerPartition, excluded).
 	Delivered(DeliveredEvent)
 	// Settled: one record's handling ended with Outcome, after Duration in the handler.
 	Settled(SettledEvent)

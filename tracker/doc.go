@@ -1,8 +1,8 @@
 // Package tracker computes, per partition, the next offset a consumer group may commit, without
-// locks on the hot path. The runtime's poll loop records each delivered record with
-// [Partition.Deliver], whoever settles the record calls [Partition.Complete], and the committer reads
-// [Partition.Moved] (or [Tracker.Moved] for every partition) to call Kafka's MarkCommitOffsets once
-// per partition each time the position moves. The package knows nothing of Kafka clients: offsets
+// locks on the hot path. The runtime records each record it admits with [Partition.Deliver],
+// whoever settles the record calls [Partition.Complete], and the committer reads [Partition.Moved]
+// (or [Tracker.Moved] for every partition) to call Kafka's MarkCommitOffsets once per partition
+// each time the position moves. The package knows nothing of Kafka clients: offsets
 // are int64 record offsets and epochs are the records' int32 leader epochs, as the broker sent them.
 //
 // # The rule
@@ -36,7 +36,9 @@
 //
 // # Concurrency
 //
-// One goroutine per partition, the poll loop, calls Deliver and Reset. Complete may be called from
+// One goroutine at a time per partition, the deliverer, calls Deliver, Reset and Span (the runtime
+// calls them from its poll loop and its lanes, serialised by its dispatcher's lock, which also
+// orders one call before the next). Complete may be called from
 // any goroutine at any time; Watermark, Moved, Oldest, InFlight and Generation too. Deliver and
 // Complete take no lock and never wait: a delivery is a slot in the ring whose word packs its sequence
 // number and state, so a completion is one compare-and-swap, and the head of the ring advances by

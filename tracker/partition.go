@@ -63,8 +63,8 @@ func NewPartition(capacity int) *Partition {
 // received and is now in flight, and returns its token for [Partition.Complete]. An offset at or below
 // the highest delivered offset of the generation is a rewind: it starts a new generation first, as
 // Reset does. Deliver returns [ErrFull] and records nothing when the ring holds its capacity of
-// deliveries (the oldest in flight and all after it). Only the partition's deliverer goroutine may
-// call it.
+// deliveries (the oldest in flight and all after it). Only the partition's deliverer may call it:
+// one goroutine at a time, serialised by the caller.
 func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
 	if p.any && offset <= p.highest {
 		p.newGeneration()

@@ -254,13 +254,13 @@ func render(w io.Writer, r results) {
 		{"blocked", "handler blocked"},
 		{"slow", "handler 1 ms, 8 lanes"},
 	} {
-		small, sh, ok1 := mem(kind.name + "-100k")
+		small, sh, ok1 := mem(kind.name + "-250k")
 		large, lh, ok2 := mem(kind.name + "-1M")
 		if !ok1 || !ok2 {
 			na("5 memory", kind.what)
 			continue
 		}
-		sb, _ := r.get("BenchmarkMemory/"+kind.name+"-100k", "backlog-records")
+		sb, _ := r.get("BenchmarkMemory/"+kind.name+"-250k", "backlog-records")
 		lb, _ := r.get("BenchmarkMemory/"+kind.name+"-1M", "backlog-records")
 		extra := (lb - sb) * recordSize / (1 << 20) // MiB of values the larger backlog adds
 		growth := (large - small) / extra
