@@ -54,7 +54,7 @@ func (c *consumer) markMoved() {
 	defer c.markMu.Unlock()
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	for _, ps := range c.d.owned() {
-		if ps.trk == nil {
+		if ps.trk == nil || ps.sealed.Load() { // sealed: its final marks were made
 			continue
 		}
 		if w, ok := ps.trk.Moved(); ok {

@@ -99,26 +99,27 @@ type dispatcher struct {
 	perPart  int
 	maxAll   int
 
-	mu        sync.Mutex
-	cond      sync.Cond
-	parts     map[tp]*partState
-	ready     []*unit
-	rhead     int
-	held      int
-	handling  int // records in a handler, all partitions (detached ones included)
-	allPaused bool
-	stopping  atomic.Bool // set by stop, read by lanes between the records of a take
-	holding   int         // partitions holding the poll loop off (holdsPoll): it does not poll
-	backlogs  bool        // records beyond a partition's bounds wait in its backlog (not Transactional)
-	fatal     error       // the tracker overflowed while admitting from a backlog (ErrTrackerFull)
-	idle      int         // lanes waiting for a ready unit
-	pollWake  chan struct{}
-	stopped   bool
-	parked    map[*item]struct{}
-	waiters   int
-	changed   chan struct{}
-	win       *txnWindow               // Transactional: the window records are polled into
-	timers    map[*time.Timer]struct{} // Transactional: partition delays
+	mu         sync.Mutex
+	cond       sync.Cond
+	parts      map[tp]*partState
+	ready      []*unit
+	rhead      int
+	held       int
+	handling   int // records in a handler, all partitions (detached ones included)
+	allPaused  bool
+	stopping   atomic.Bool // set by stop, read by lanes between the records of a take
+	holding    int         // partitions holding the poll loop off (holdsPoll): it does not poll
+	backlogs   bool        // records beyond a partition's bounds wait in its backlog (not Transactional)
+	backlogged int         // partitions with a backlog
+	fatal      error       // the tracker overflowed while admitting from a backlog (ErrTrackerFull)
+	idle       int         // lanes waiting for a ready unit
+	pollWake   chan struct{}
+	stopped    bool
+	parked     map[*item]struct{}
+	waiters    int
+	changed    chan struct{}
+	win        *txnWindow               // Transactional: the window records are polled into
+	timers     map[*time.Timer]struct{} // Transactional: partition delays
 }
 
 func newDispatcher(c *consumer) *dispatcher {
@@ -221,7 +222,8 @@ func (d *dispatcher) roomLocked(ps *partState) bool {
 	if !d.backlogs {
 		return true
 	}
-	return ps.held < d.perPart && (ps.trk == nil || ps.trk.Span() < d.perPart) && (d.maxAll <= 0 || d.held < d.maxAll)
+	return ps.held < d.perPart && (ps.trk == nil || ps.trk.Span() < d.perPart) &&
+		(d.maxAll <= 0 || d.held < d.maxAll && !d.allPaused)
 }
 
 // admitLocked hands ps's backlog, then recs, to its units while ps has room (roomLocked); the
@@ -230,6 +232,15 @@ func (d *dispatcher) roomLocked(ps *partState) bool {
 // due) or settled at once (a transaction marker). It reports whether a marker moved the
 // watermark, and ErrTrackerFull's cause if the ring overflowed.
 func (d *dispatcher) admitLocked(ps *partState, recs []*kgo.Record) (moved bool, err error) {
+	had := len(ps.backlog) > 0
+	defer func() {
+		switch has := len(ps.backlog) > 0; {
+		case has && !had:
+			d.backlogged++
+		case had && !has:
+			d.backlogged--
+		}
+	}()
 	if len(ps.backlog) > 0 {
 		n, m, err := d.admitSomeLocked(ps, ps.backlog)
 		clear(ps.backlog[:n])
@@ -616,6 +627,9 @@ func (d *dispatcher) dropLocked(ps *partState) {
 		ps.single.q = nil
 	}
 	ps.keys = nil
+	if len(ps.backlog) > 0 {
+		d.backlogged--
+	}
 	ps.backlog, ps.slab, ps.units = nil, nil, nil
 	if ps.paused {
 		d.resumeLocked(ps)
@@ -707,7 +721,7 @@ func (d *dispatcher) flowLocked(ps *partState) {
 	if ps.closed.Load() {
 		return
 	}
-	if len(ps.backlog) > 0 && d.roomLocked(ps) {
+	if len(ps.backlog) > 0 && !d.stopped && d.roomLocked(ps) { // nothing is admitted once stopped
 		moved, err := d.admitLocked(ps, nil)
 		if err != nil && d.fatal == nil {
 			d.fatal = err
@@ -823,6 +837,16 @@ func (d *dispatcher) flowAllLocked() {
 		d.allPaused = true
 	case d.allPaused && d.held <= d.maxAll/2:
 		d.allPaused = false
+	case !d.allPaused && d.backlogged > 0:
+		// Room in the subscription, freed by any partition: offer it to the backlogs, which are
+		// otherwise admitted only when their own partition changes (in the map's random order,
+		// so no partition is always last).
+		for _, ps := range d.parts {
+			if len(ps.backlog) > 0 {
+				d.flowLocked(ps)
+			}
+		}
+		return
 	default:
 		return
 	}

@@ -71,7 +71,9 @@ func (c *consumer) finalMarks(pss []*partState) {
 	defer c.markMu.Unlock()
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	for _, ps := range pss {
-		ps.sealed.Store(true) // Auto lanes mark nothing here from now on
+		if ps.sealed.Swap(true) { // Auto lanes mark nothing here from now on
+			continue // sealed already (shutdown, then the revoke of leaving the group): marked then
+		}
 		if ps.trk == nil {
 			continue
 		}
