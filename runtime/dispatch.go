@@ -111,7 +111,6 @@ type dispatcher struct {
 	holding    int         // partitions holding the poll loop off (holdsPoll): it does not poll
 	backlogs   bool        // records beyond a partition's bounds wait in its backlog (not Transactional)
 	backlogged int         // partitions with a backlog
-	chunk      int         // the most records one poll brought one partition: about one fetch's worth
 	fatal      error       // the tracker overflowed while admitting from a backlog (ErrTrackerFull)
 	idle       int         // lanes waiting for a ready unit
 	pollWake   chan struct{}
@@ -172,7 +171,6 @@ func (d *dispatcher) push(fs kgo.Fetches, n int) ([]DeliveredEvent, bool, error)
 			return
 		}
 		var ev DeliveredEvent
-		d.noteChunk(len(p.Records))
 		for recs := p.Records; len(recs) > 0 && err == nil; {
 			var chunk []*kgo.Record
 			chunk, recs = batch.Cut(recs, n)
@@ -184,13 +182,6 @@ func (d *dispatcher) push(fs kgo.Fetches, n int) ([]DeliveredEvent, bool, error)
 		events = append(events, ev)
 	})
 	return events, moved, err
-}
-
-// noteChunk records the most records one poll brought one partition.
-func (d *dispatcher) noteChunk(n int) {
-	d.mu.Lock()
-	d.chunk = max(d.chunk, n)
-	d.mu.Unlock()
 }
 
 // pushPart queues recs, records of one partition, under one hold of the lock.
@@ -799,24 +790,22 @@ func (d *dispatcher) wakePollLocked() {
 }
 
 // waitRoom returns when the poll loop may poll: no partition holds it off (holdLocked); or a lane
-// is idle with nothing ready while a partition that is not paused waits for records. In that case
-// a holding partition whose backlog is a bound plus one fetch's worth (chunk) is paused in
-// franz-go first, since franz-go drops its buffered records (to fetch them again after the
-// resume); the others stay holders, and this one poll adds at most a fetch to their backlogs. While
-// every lane has work, a poll could only feed backlogs: the poll loop waits. Without backlogs
-// (Transactional), every holder is paused in franz-go. False if ctx ended.
+// is idle with nothing ready while a partition that is not paused waits for records, in which case
+// the holding partitions are paused in franz-go first (each one's buffered records are dropped,
+// and fetched again after its resume). While every lane has work, a poll
+// could only feed backlogs: the poll loop waits. False if ctx ended.
 func (d *dispatcher) waitRoom(ctx context.Context) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for d.holding > 0 && d.fatal == nil {
 		if d.idle > 0 && d.readyLen() == 0 && d.anyRunningLocked() || d.stopped {
 			for _, ps := range d.parts {
-				if ps.holdsPoll && (d.stopped || !d.backlogs || len(ps.backlog) >= d.perPart+d.chunk) {
+				if ps.holdsPoll {
 					ps.holdsPoll, ps.fetchPaused = false, true
-					d.holding--
 					d.c.setPaused(ps.tp, true)
 				}
 			}
+			d.holding = 0
 			return true
 		}
 		d.mu.Unlock()
