@@ -789,16 +789,33 @@ func (d *dispatcher) wakePollLocked() {
 	}
 }
 
-// waitRoom returns when the poll loop may poll: no partition holds it off (holdLocked); or a lane
-// is idle with nothing ready while a partition that is not paused waits for records, in which case
-// the holding partitions are paused in franz-go first (each one's buffered records are dropped,
-// and fetched again after its resume). While every lane has work, a poll
-// could only feed backlogs: the poll loop waits. False if ctx ended.
+// holdMax bounds how long a partition that is not paused waits for the poll loop while others hold
+// it off: then the holders are paused in franz-go and the poll loop polls, so a slow partition
+// delays its neighbours' records by at most this.
+const holdMax = 100 * time.Millisecond
+
+// waitRoom returns when the poll loop may poll: no partition holds it off (holdLocked); or a
+// partition that is not paused waits for records while a lane is idle with nothing ready, or for
+// holdMax. In those cases the holding partitions are paused in franz-go first (each one's
+// buffered records are dropped, and fetched again after its resume). While every lane has work
+// and no partition waits, a poll could only feed backlogs: the poll loop waits. False if ctx
+// ended.
 func (d *dispatcher) waitRoom(ctx context.Context) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var (
+		timer   *time.Timer
+		expired <-chan time.Time
+		waited  bool
+	)
 	for d.holding > 0 && d.fatal == nil {
-		if d.idle > 0 && d.readyLen() == 0 && d.anyRunningLocked() || d.stopped {
+		running := d.anyRunningLocked()
+		if running && timer == nil { // a partition waits for records from now on
+			timer = time.NewTimer(holdMax)
+			defer timer.Stop()
+			expired = timer.C
+		}
+		if running && (d.idle > 0 && d.readyLen() == 0 || waited) || d.stopped {
 			for _, ps := range d.parts {
 				if ps.holdsPoll {
 					ps.holdsPoll, ps.fetchPaused = false, true
@@ -811,6 +828,8 @@ func (d *dispatcher) waitRoom(ctx context.Context) bool {
 		d.mu.Unlock()
 		select {
 		case <-d.pollWake:
+		case <-expired:
+			waited, expired = true, nil
 		case <-ctx.Done():
 		}
 		d.mu.Lock()

@@ -98,8 +98,9 @@ func (o Ordering) String() string {
 // and resumed once it has drained to half (DESIGN §3.6). Under Auto and Tracked, records polled
 // beyond the bound wait in the partition's backlog (at most about a bound plus one fetch) and the
 // poll loop holds off while that backlog is a full bound; under Transactional one poll can exceed
-// the bound by at most MaxPollRecords. A pause becomes franz-go's PauseFetchPartitions only once a
-// lane is idle with nothing ready (docs/consumer-internals.md, back-pressure).
+// the bound by at most MaxPollRecords. A pause becomes franz-go's PauseFetchPartitions only once
+// another partition waits for records and a lane is idle or 100 ms have passed
+// (docs/consumer-internals.md, back-pressure).
 func MaxInFlightPerPartition(n int) HandleOption {
 	return handleOption(func(c *handleConfig) { c.maxInFlightPerPart = n })
 }
