@@ -279,3 +279,39 @@ func TestABacklogKeepsAPartitionAtItsBound(t *testing.T) {
 		})
 	}
 }
+
+// A partition whose backlog holds the poll loop off delays another partition's records by at most
+// about 100 ms, not until the backlog drains (DESIGN §3.6; docs/consumer-internals.md,
+// back-pressure): with one lane, partition 0's 200 records (5 ms each, bound 4) fill its backlog,
+// partition 1's 10 records arrive afterwards, and all of them are handled and committed while
+// most of partition 0's backlog still waits.
+func TestABacklogDelaysOtherPartitionsBoundedly(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	c.ProduceValues(t, "in", 0, numbered(200)...)
+	var handled0, at1 atomic.Int64 // at1: partition 0's records handled when partition 1's last ran
+	at1.Store(-1)
+	paused0 := make(chan struct{})
+	var once sync.Once
+	obs := &pauseObserver{observer: &observer{}, onPaused: func(e runtime.PausedEvent) {
+		if e.Partition == 0 && e.Paused {
+			once.Do(func() { close(paused0) })
+		}
+	}}
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if d.Record().Partition == 0 {
+				time.Sleep(5 * time.Millisecond) // the handler's work, not synchronisation
+				handled0.Add(1)
+			} else if d.Record().Offset == 9 {
+				at1.Store(handled0.Load())
+			}
+			return nil
+		}), runtime.MaxInFlightPerPartition(4))
+	start(t, app)
+	waitClosed(t, paused0, "partition 0 was never paused")
+	c.ProduceValues(t, "in", 1, numbered(10)...)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 200, 1: 10})
+	require.GreaterOrEqual(t, at1.Load(), int64(0))
+	require.Less(t, at1.Load(), int64(150), "partition 1 waited for partition 0's backlog")
+}
