@@ -116,6 +116,15 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		}
 	}
 	kind, after, cause := classify(err)
+	if kind == kindRetry && it.win == nil && c.ctxOf(it).Err() != nil {
+		// The runtime cancelled the handler (a revoke's or Shutdown's drain bound passed, the
+		// partition was lost) and it failed: it did not finish. It stays in flight, uncommitted,
+		// for the next owner: not a retry copy, a dead letter or (Auto) a refused retry that
+		// commits past it (DESIGN §3.7).
+		ev.Err = cause
+		c.retryInPlace(it, ev)
+		return
+	}
 	if kind == kindRetry && it.win != nil && c.retryAbortsWindow(it, ev, d, cause, after) {
 		return
 	}
