@@ -161,7 +161,7 @@ start_nodes() {
 		brokers+="${brokers:+,}127.0.0.1:${ports[2 * i - 2]}"
 	done
 	local cid
-	cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=') # a Kafka Uuid
+	cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=') # a Kafka Uuid; it may start with "-", hence --cluster-id=
 	rm -rf "$RUN"/node*
 	for i in $(seq 1 "$nodes"); do
 		local d=$RUN/node$i bport=${ports[2 * i - 2]} cport=${ports[2 * i - 1]}
@@ -214,7 +214,7 @@ start_nodes() {
 	for i in $(seq 1 "$nodes"); do # format in parallel: a JVM start each
 		local d=$RUN/node$i
 		"$JAVA" -Xmx256m -Dlog4j2.configurationFile="$d/log4j2.properties" -cp "$LIB/*" kafka.tools.StorageTool \
-			format -t "$cid" -c "$d/server.properties" >"$d/format.log" 2>&1 &
+			format --cluster-id="$cid" -c "$d/server.properties" >"$d/format.log" 2>&1 &
 		fpids+=($!)
 	done
 	for i in $(seq 1 "$nodes"); do
