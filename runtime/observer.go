@@ -6,8 +6,9 @@ import "time"
 // called synchronously from the runtime's goroutines (poll loops, lanes, committers, rebalance
 // callbacks) and must be fast and non-blocking. Embed NopObserver to implement only some methods.
 type Observer interface {
-	// Delivered: a poll handed Records records of one partition to the runtime; InFlight is what
-	// that partition holds now (records in its backlog, beyond MaxInFlightPerPartition, excluded).
+	// Delivered: a poll handed Records records of one partition to the runtime (those it had no
+	// room for included: they wait in its backlog, and their later admission sends no event);
+	// InFlight is what that partition holds now, its backlog excluded.
 	Delivered(DeliveredEvent)
 	// Settled: one record's handling ended with Outcome, after Duration in the handler.
 	Settled(SettledEvent)
