@@ -69,6 +69,33 @@ func (l *offsetLog) total() int {
 	return n
 }
 
+// startGated starts an App on c's topic "in" (3 partitions of 4 records each) whose handler
+// finishes nothing before all 12 records were polled, and logs what it handled.
+func startGated(t *testing.T, c *kfaketest.Cluster, mode runtime.CommitMode, opts ...runtime.HandleOption) (*offsetLog, *takeObserver) {
+	t.Helper()
+	for p := range int32(3) {
+		c.ProduceValues(t, "in", p, numbered(4)...)
+	}
+	obs := newTakeObserver()
+	all := []<-chan struct{}{obs.delivered(0, 4), obs.delivered(1, 4), obs.delivered(2, 4)}
+	log := &offsetLog{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(mode),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			for _, ch := range all {
+				select {
+				case <-ch:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			log.add(d.Record())
+			return nil
+		}), opts...)
+	start(t, app)
+	return log, obs
+}
+
 // MaxInFlight across partitions: three partitions of 4 records arrive in one poll under
 // MaxInFlight(4). The first partition takes the whole subscription's room, the other two wait in
 // their backlogs. When the first drains, the subscription leaves allPaused and the backlogs are
@@ -79,26 +106,7 @@ func TestBacklogMaxInFlightAdmitsEveryPartition(t *testing.T) {
 	for _, mode := range []runtime.CommitMode{runtime.Auto, runtime.Tracked} {
 		t.Run(mode.String(), func(t *testing.T) {
 			c := kfaketest.New(t, kfaketest.Topic("in", 3))
-			for p := range int32(3) {
-				c.ProduceValues(t, "in", p, numbered(4)...)
-			}
-			obs := newTakeObserver()
-			all := []<-chan struct{}{obs.delivered(0, 4), obs.delivered(1, 4), obs.delivered(2, 4)}
-			var log offsetLog
-			app := runtime.New(appOpts(c, runtime.Observe(obs))...)
-			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(mode),
-				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-					for _, ch := range all { // nothing finishes before all 12 records were polled
-						select {
-						case <-ch:
-						case <-ctx.Done():
-							return ctx.Err()
-						}
-					}
-					log.add(d.Record())
-					return nil
-				}), runtime.MaxInFlight(4))
-			start(t, app)
+			log, obs := startGated(t, c, mode, runtime.MaxInFlight(4))
 			err := waitCommittedWithin(c, 3*time.Second, "g", "in", map[int32]int64{0: 4, 1: 4, 2: 4})
 			require.NoError(t, err, "handled per partition: %v %v %v; delivered %d",
 				log.of(0), log.of(1), log.of(2), obs.totalDelivered())
@@ -115,26 +123,7 @@ func TestBacklogMaxInFlightAdmitsEveryPartition(t *testing.T) {
 // Every record, the later ones included, must be handled and committed.
 func TestBacklogMaxInFlightStrandedPartitionRecoversWithNewRecords(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 3))
-	for p := range int32(3) {
-		c.ProduceValues(t, "in", p, numbered(4)...)
-	}
-	obs := newTakeObserver()
-	all := []<-chan struct{}{obs.delivered(0, 4), obs.delivered(1, 4), obs.delivered(2, 4)}
-	var log offsetLog
-	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
-		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			for _, ch := range all {
-				select {
-				case <-ch:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			log.add(d.Record())
-			return nil
-		}), runtime.MaxInFlight(4), runtime.MaxInFlightPerPartition(4))
-	start(t, app)
+	log, obs := startGated(t, c, runtime.Tracked, runtime.MaxInFlight(4), runtime.MaxInFlightPerPartition(4))
 	eventually(t, func() bool { return log.total() >= 8 }, "two partitions were never handled")
 	for p := range int32(3) {
 		c.ProduceValues(t, "in", p, "late")
