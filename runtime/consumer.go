@@ -270,7 +270,7 @@ func (c *consumer) poll(ctx context.Context) {
 			return
 		}
 		if err := c.d.fatalErr(); err != nil {
-			c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
+			c.failTrackerFull(err)
 			return
 		}
 		fs := c.cl.PollRecords(ctx, -1) // everything buffered: franz-go fetches the next at once
@@ -278,30 +278,29 @@ func (c *consumer) poll(ctx context.Context) {
 			c.cl.AllowRebalance()
 			return
 		}
-		ok := c.queue(fs, n)
+		c.logFetchErrors(fs)
+		events, moved, err := c.d.push(fs, n)
 		c.cl.AllowRebalance()
-		if !ok || ctx.Err() != nil {
+		for _, ev := range events {
+			c.obs.Delivered(ev)
+		}
+		if moved {
+			c.kick()
+		}
+		if err != nil {
+			c.failTrackerFull(err)
+			return
+		}
+		if ctx.Err() != nil {
 			return
 		}
 	}
 }
 
-// queue pushes one poll's records to the dispatcher, n at a time, and reports them; false (the App
-// failed) if a tracker overflowed.
-func (c *consumer) queue(fs kgo.Fetches, n int) bool {
-	c.logFetchErrors(fs)
-	events, moved, err := c.d.push(fs, n)
-	for _, ev := range events {
-		c.obs.Delivered(ev)
-	}
-	if moved {
-		c.kick()
-	}
-	if err != nil {
-		c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
-		return false
-	}
-	return true
+// failTrackerFull fails the App: a partition's tracker ring overflowed while records were admitted
+// (a bug in pausing, DESIGN §3.6).
+func (c *consumer) failTrackerFull(err error) {
+	c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
 }
 
 // setPaused pauses or resumes fetching one partition in franz-go. It only takes franz-go's pause

@@ -144,7 +144,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 				c.obs.Delivered(ev)
 			}
 			if err != nil {
-				c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
+				c.failTrackerFull(err)
 			}
 		}
 		tw.w.Seal()
