@@ -645,7 +645,7 @@ func ExampleNew() {
 		runtime.Logger(slog.New(slog.DiscardHandler)), // default: slog.Default()
 		runtime.DefaultGroup("payouts"),               // default: "" (every subscription names one)
 		runtime.Observe(runtime.NopObserver{}),        // default
-		runtime.MaxPollRecords(500),                   // default: 500 records per poll
+		runtime.MaxPollRecords(500),                   // default: 500 records queued per lock hold
 		runtime.RevokeDrainTimeout(5*time.Second),     // default: 5s
 		runtime.ShutdownTimeout(30*time.Second),       // default: 30s (Run's Shutdown bound)
 		runtime.FlushTimeout(30*time.Second),          // default: 30s
@@ -732,7 +732,7 @@ func ExampleClientOpts() {
 			kgo.FetchMaxPartitionBytes(1<<20), // per partition in a response: 1 MiB (the default)
 			kgo.MaxConcurrentFetches(1),       // one buffered fetch at a time (default: one per broker)
 		),
-		runtime.MaxPollRecords(200), // records per poll
+		runtime.MaxPollRecords(200), // records queued per lock hold
 		runtime.Logger(slog.New(slog.DiscardHandler)),
 	)
 	runtime.Handle(app, runtime.Topic("clicks").Group("clicks").Commit(runtime.Tracked),
