@@ -96,6 +96,18 @@ func startGated(t *testing.T, c *kfaketest.Cluster, mode runtime.CommitMode, opt
 	return log, obs
 }
 
+// requireAllHandled waits (3 s at most) until startGated's group has committed n on each of its 3
+// partitions, and requires that each partition's records 0..n-1 were handled once, in order.
+func requireAllHandled(t *testing.T, c *kfaketest.Cluster, log *offsetLog, obs *takeObserver, n int64) {
+	t.Helper()
+	err := waitCommittedWithin(c, 3*time.Second, "g", "in", map[int32]int64{0: n, 1: n, 2: n})
+	require.NoError(t, err, "handled per partition: %v %v %v; delivered %d",
+		log.of(0), log.of(1), log.of(2), obs.totalDelivered())
+	for p := range int32(3) {
+		require.Equal(t, offsetRange(0, n), log.of(p), "partition %d: each record once, in order", p)
+	}
+}
+
 // MaxInFlight across partitions: three partitions of 4 records arrive in one poll under
 // MaxInFlight(4). The first partition takes the whole subscription's room, the other two wait in
 // their backlogs. When the first drains, the subscription leaves allPaused and the backlogs are
@@ -107,12 +119,7 @@ func TestBacklogMaxInFlightAdmitsEveryPartition(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			c := kfaketest.New(t, kfaketest.Topic("in", 3))
 			log, obs := startGated(t, c, mode, runtime.MaxInFlight(4))
-			err := waitCommittedWithin(c, 3*time.Second, "g", "in", map[int32]int64{0: 4, 1: 4, 2: 4})
-			require.NoError(t, err, "handled per partition: %v %v %v; delivered %d",
-				log.of(0), log.of(1), log.of(2), obs.totalDelivered())
-			for p := range int32(3) {
-				require.Equal(t, offsetRange(0, 4), log.of(p), "partition %d: each record once, in order", p)
-			}
+			requireAllHandled(t, c, log, obs, 4)
 		})
 	}
 }
@@ -128,12 +135,7 @@ func TestBacklogMaxInFlightStrandedPartitionRecoversWithNewRecords(t *testing.T)
 	for p := range int32(3) {
 		c.ProduceValues(t, "in", p, "late")
 	}
-	err := waitCommittedWithin(c, 3*time.Second, "g", "in", map[int32]int64{0: 5, 1: 5, 2: 5})
-	require.NoError(t, err, "handled per partition: %v %v %v; delivered %d",
-		log.of(0), log.of(1), log.of(2), obs.totalDelivered())
-	for p := range int32(3) {
-		require.Equal(t, offsetRange(0, 5), log.of(p), "partition %d: each record once, in order", p)
-	}
+	requireAllHandled(t, c, log, obs, 5)
 }
 
 // A revoke while the moved partition has a backlog (20 records, MaxInFlightPerPartition(4), its
