@@ -126,6 +126,16 @@ func (w *revokeWatch) pausedNow() map[int32]bool {
 	return maps.Clone(w.paused)
 }
 
+// requireKept checks the partition a rebalance left with member A (group "g", topic "in"): A
+// handled its records 0..n-1 once each, in order, B none; and no commit of either partition went
+// back.
+func requireKept(t *testing.T, c *kfaketest.Cluster, aLog, bLog *handledLog, kept int32, n int64) {
+	t.Helper()
+	require.Equal(t, offsetRange(0, n), aLog.offsets(kept), "A's handler calls on the kept partition %d", kept)
+	require.Empty(t, bLog.offsets(kept), "B's handler calls on the kept partition %d", kept)
+	requireNonDecreasing(t, c, "g", "in", 0, 1)
+}
+
 // requireNonDecreasing fails unless the commits the cluster received for each of group's
 // partitions of topic never go backwards.
 func requireNonDecreasing(t *testing.T, c *kfaketest.Cluster, group, topic string, parts ...int32) {
