@@ -69,13 +69,10 @@ func (l *offsetLog) total() int {
 	return n
 }
 
-// startGated starts an App on c's topic "in" (3 partitions of 4 records each) whose handler
-// finishes nothing before all 12 records were polled, and logs what it handled.
+// startGated starts an App on c's topic "in" (numberedIn(t, 3, 4)) whose handler finishes
+// nothing before all 12 records were polled, and logs what it handled.
 func startGated(t *testing.T, c *kfaketest.Cluster, mode runtime.CommitMode, opts ...runtime.HandleOption) (*offsetLog, *takeObserver) {
 	t.Helper()
-	for p := range int32(3) {
-		c.ProduceValues(t, "in", p, numbered(4)...)
-	}
 	obs := newTakeObserver()
 	all := []<-chan struct{}{obs.delivered(0, 4), obs.delivered(1, 4), obs.delivered(2, 4)}
 	log := &offsetLog{}
@@ -117,7 +114,7 @@ func requireAllHandled(t *testing.T, c *kfaketest.Cluster, log *offsetLog, obs *
 func TestBacklogMaxInFlightAdmitsEveryPartition(t *testing.T) {
 	for _, mode := range []runtime.CommitMode{runtime.Auto, runtime.Tracked} {
 		t.Run(mode.String(), func(t *testing.T) {
-			c := kfaketest.New(t, kfaketest.Topic("in", 3))
+			c := numberedIn(t, 3, 4)
 			log, obs := startGated(t, c, mode, runtime.MaxInFlight(4))
 			requireAllHandled(t, c, log, obs, 4)
 		})
@@ -129,7 +126,7 @@ func TestBacklogMaxInFlightAdmitsEveryPartition(t *testing.T) {
 // stranded partition in franz-go, and records produced to it later never reach the runtime either.
 // Every record, the later ones included, must be handled and committed.
 func TestBacklogMaxInFlightStrandedPartitionRecoversWithNewRecords(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 3))
+	c := numberedIn(t, 3, 4)
 	log, obs := startGated(t, c, runtime.Tracked, runtime.MaxInFlight(4), runtime.MaxInFlightPerPartition(4))
 	eventually(t, func() bool { return log.total() >= 8 }, "two partitions were never handled")
 	for p := range int32(3) {
@@ -145,10 +142,7 @@ func TestBacklogMaxInFlightStrandedPartitionRecoversWithNewRecords(t *testing.T)
 func TestBacklogDroppedAtRevokeIsReadByTheNextOwner(t *testing.T) {
 	for _, mode := range []runtime.CommitMode{runtime.Auto, runtime.Tracked} {
 		t.Run(mode.String(), func(t *testing.T) {
-			c := kfaketest.New(t, kfaketest.Topic("in", 2))
-			for p := range int32(2) {
-				c.ProduceValues(t, "in", p, numbered(20)...)
-			}
+			c := numberedIn(t, 2, 20)
 			sub := runtime.Topic("in").Group("g").Commit(mode)
 			watch := newRevokeWatch()
 			obsA := newTakeObserver()
@@ -281,12 +275,8 @@ func TestBacklogByKeyBlockedKey(t *testing.T) {
 			app := runtime.New(appOpts(c, runtime.MaxPollRecords(7))...)
 			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(mode),
 				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-					if d.Record().Offset == 0 {
-						select {
-						case <-release.ch:
-						case <-ctx.Done():
-							return ctx.Err()
-						}
+					if d.Record().Offset == 0 && !release.wait(ctx) {
+						return ctx.Err()
 					}
 					mu.Lock()
 					perKey[string(d.Record().Key)] = append(perKey[string(d.Record().Key)], d.Record().Offset)
@@ -324,10 +314,7 @@ func TestBacklogByKeyBlockedKey(t *testing.T) {
 func TestBacklogUnorderedBatches(t *testing.T) {
 	for _, mode := range []runtime.CommitMode{runtime.Auto, runtime.Tracked} {
 		t.Run(mode.String(), func(t *testing.T) {
-			c := kfaketest.New(t, kfaketest.Topic("in", 3))
-			for p := range int32(3) {
-				c.ProduceValues(t, "in", p, numbered(100)...)
-			}
+			c := numberedIn(t, 3, 100)
 			var log offsetLog
 			app := runtime.New(appOpts(c, runtime.MaxPollRecords(9))...)
 			runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(mode), 5,

@@ -270,27 +270,14 @@ func TestABacklogKeepsAPartitionAtItsBound(t *testing.T) {
 				runtime.ClientOpts(kgo.WithHooks(fetched)))...)
 			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(mode),
 				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-					if d.Record().Offset == 0 {
-						select {
-						case <-release.ch:
-						case <-ctx.Done():
-							return ctx.Err()
-						}
+					if d.Record().Offset == 0 && !release.wait(ctx) {
+						return ctx.Err()
 					}
 					s.add(string(d.Record().Value), d.Attempt())
 					return nil
 				}), runtime.MaxInFlightPerPartition(8))
 			start(t, app)
-			delivered := func() int {
-				obs.mu.Lock()
-				defer obs.mu.Unlock()
-				n := 0
-				for _, e := range obs.delivered {
-					n += e.Records
-				}
-				return n
-			}
-			eventually(t, func() bool { return delivered() == 200 }, "the whole fetch was never polled")
+			eventually(t, func() bool { return obs.totalDelivered() == 200 }, "the whole fetch was never polled")
 			obs.mu.Lock()
 			require.True(t, obs.paused[0].Paused, "the partition was paused first")
 			obs.mu.Unlock()

@@ -447,6 +447,16 @@ func newGate() *gate { return &gate{ch: make(chan struct{})} }
 
 func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
 
+// wait returns true once the gate is open, false if ctx ends first.
+func (g *gate) wait(ctx context.Context) bool {
+	select {
+	case <-g.ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // pauseObserver is observer with a hook on Paused events.
 type pauseObserver struct {
 	*observer

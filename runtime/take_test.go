@@ -80,6 +80,29 @@ func offsetRange(from, to int64) []int64 {
 	return out
 }
 
+// numberedIn starts a cluster with topic "in" of partitions partitions, each holding the records
+// numbered(n).
+func numberedIn(t *testing.T, partitions int32, n int) *kfaketest.Cluster {
+	t.Helper()
+	c := kfaketest.New(t, kfaketest.Topic("in", partitions))
+	for p := range partitions {
+		c.ProduceValues(t, "in", p, numbered(n)...)
+	}
+	return c
+}
+
+// handOver starts member B (logging its handler calls) in sub's group, waits until member A was
+// revoked a partition and the group has committed total on both partitions of "in", and returns
+// B's log with the moved and the kept partition.
+func handOver(t *testing.T, c *kfaketest.Cluster, sub runtime.Subscription, watch *revokeWatch, total int64, hopts ...runtime.HandleOption) (bLog *handledLog, moved, kept int32) {
+	t.Helper()
+	_, bLog = startLogging(t, c, sub, nil, hopts...)
+	waitClosed(t, watch.revoked, "A was never revoked a partition")
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: total, 1: total})
+	moved, kept = watch.movedOne(t, "in")
+	return bLog, moved, kept
+}
+
 // numbered returns "0".."n-1".
 func numbered(n int) []string {
 	vs := make([]string, n)
@@ -230,10 +253,7 @@ func TestTakeRetryInTheMiddleKeepsKeyOrder(t *testing.T) {
 // and the next owner handles exactly the rest, once each. The kept partition is handled whole by
 // the first member.
 func TestTakeRevokeInTheMiddleHandsOverTheRest(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 2))
-	for p := range int32(2) {
-		c.ProduceValues(t, "in", p, numbered(100)...)
-	}
+	c := numberedIn(t, 2, 100)
 	sub := runtime.Topic("in").Group("g").Commit(runtime.Tracked)
 
 	watch := newRevokeWatch()
@@ -269,11 +289,7 @@ func TestTakeRevokeInTheMiddleHandsOverTheRest(t *testing.T) {
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 10, 1: 10})
 	memberA := c.CommitLog().All()[0].Member
 
-	_, bLog := startLogging(t, c, sub, nil, runtime.Workers(2))
-
-	waitClosed(t, revoked, "A was never revoked a partition")
-	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 100, 1: 100})
-	px, py := watch.movedOne(t, "in")
+	bLog, px, py := handOver(t, c, sub, watch, 100, runtime.Workers(2))
 
 	require.Equal(t, offsetRange(0, 11), aLog.offsets(px), "A's handler calls on the moved partition %d", px)
 	require.Equal(t, offsetRange(11, 100), bLog.offsets(px), "B's handler calls on the moved partition %d", px)
@@ -682,10 +698,7 @@ func TestTakeBatchRetryInTheMiddleKeepsOrder(t *testing.T) {
 // partition's queued and taken records are dropped and resume, and the kept partition goes on:
 // every record of both partitions is handled exactly once across the two members, in order.
 func TestTakeRevokeWhileThePollLoopHolds(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 2))
-	for p := range int32(2) {
-		c.ProduceValues(t, "in", p, numbered(100)...)
-	}
+	c := numberedIn(t, 2, 100)
 	sub := runtime.Topic("in").Group("g").Commit(runtime.Tracked)
 	watch := newRevokeWatch()
 	revoked := watch.revoked
@@ -718,10 +731,7 @@ func TestTakeRevokeWhileThePollLoopHolds(t *testing.T) {
 		return watch.pausedNow()[blockedP]
 	}, "the blocked partition should be paused (held) while the lane is blocked")
 
-	_, bLog := startLogging(t, c, sub, nil)
-	waitClosed(t, revoked, "A was never revoked a partition")
-	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 100, 1: 100})
-	px, py := watch.movedOne(t, "in")
+	bLog, px, py := handOver(t, c, sub, watch, 100)
 	a, b := aLog.offsets(px), bLog.offsets(px)
 	require.Equal(t, offsetRange(0, 100), append(slices.Clone(a), b...),
 		"moved partition %d: A's calls %v then B's %v are every offset once, in order", px, a, b)
