@@ -83,7 +83,7 @@ var errShortBatch = fmt.Errorf("tidemark: the batch handler returned no result f
 func (c *consumer) handleBatch(items []*item) {
 	work := items[:0:0]
 	for _, it := range items {
-		if it.control || it.foreign {
+		if it.control || it.foreign || c.txnSpent(it) {
 			c.handle(it, nil) // settled without the handler
 			continue
 		}
@@ -95,13 +95,17 @@ func (c *consumer) handleBatch(items []*item) {
 	ds := make([]*Delivery, len(work))
 	evs := make([]SettledEvent, len(work))
 	for i, it := range work {
-		attempt := retry.Count(it.rec) + int(it.inPlace) + 1
+		attempt := retry.Count(it.rec) + int(it.inPlace) + c.txnTries(it) + 1
 		ds[i] = &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
 		evs[i] = SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.rec.Offset,
 			Generation: it.ps.gen, Attempt: attempt}
 	}
 	ctx, cancel := c.batchContext(work)
 	defer cancel()
+	var pubs publishes // a batch's publishes are the attempt of each of its elements
+	if work[0].win != nil {
+		ctx = withPublishes(ctx, &pubs)
+	}
 	start := time.Now()
 	results, perr := c.invokeBatch(ctx, ds)
 	dur := time.Since(start)
@@ -136,8 +140,7 @@ func (c *consumer) handleBatch(items []*item) {
 	}
 	for i, it := range work {
 		evs[i].Duration = dur
-		kind, after, cause := classify(aligned[i])
-		c.resolve(it, evs[i], kind, cause, after)
+		c.conclude(it, evs[i], aligned[i], ctx, &pubs)
 	}
 }
 

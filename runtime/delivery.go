@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -15,7 +14,7 @@ type Delivery struct {
 	generation uint64
 	attempt    int
 	reply      func(ctx context.Context, value []byte) error // set when the registration has Reply
-	published  atomic.Int32                                  // Transactional: publishes made with the handler's ctx
+	pubs       publishes                                     // Transactional: what the handler published
 }
 
 type deliveryKey struct{}
@@ -31,7 +30,8 @@ func DeliveryFrom(ctx context.Context) (d *Delivery, ok bool) {
 func (d *Delivery) Record() *kgo.Record { return d.rec }
 
 // Attempt returns the delivery's number, starting at 1: the record's retry count header
-// (x-tidemark-retry-count) + the in-place retries so far + 1 (DESIGN §3.3).
+// (x-tidemark-retry-count) + the in-place retries so far + (Transactional) its failed deliveries
+// in aborted windows since the App started + 1 (DESIGN §3.3, §3.4).
 func (d *Delivery) Attempt() int { return d.attempt }
 
 // Group returns the consumer group of the subscription, or "" for a manual-partition subscription

@@ -67,13 +67,16 @@ func TestMaxInFlightPausesEveryPartition(t *testing.T) {
 // nor a dead letter; it stays in flight (OutcomeRetry) for the next owner (DESIGN §3.7).
 func TestShutdownCancelsHandlersOnlyPastItsBound(t *testing.T) {
 	cases := []struct {
-		name string
-		mode runtime.CommitMode
-		opts []runtime.HandleOption
+		name  string
+		mode  runtime.CommitMode
+		opts  []runtime.HandleOption
+		batch bool // a BatchHandler of batches of one
 	}{
-		{"Auto", runtime.Auto, nil},
-		{"Tracked", runtime.Tracked, nil},
-		{"Tracked with a dead-letter topic", runtime.Tracked, []runtime.HandleOption{runtime.DeadLetter("dlq")}},
+		{"Auto", runtime.Auto, nil, false},
+		{"Tracked", runtime.Tracked, nil, false},
+		{"Tracked with a dead-letter topic", runtime.Tracked, []runtime.HandleOption{runtime.DeadLetter("dlq")}, false},
+		{"Auto batches", runtime.Auto, nil, true},
+		{"Tracked batches with a dead-letter topic", runtime.Tracked, []runtime.HandleOption{runtime.DeadLetter("dlq")}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,16 +86,23 @@ func TestShutdownCancelsHandlersOnlyPastItsBound(t *testing.T) {
 			cause := make(chan error, 1)
 			obs := &observer{}
 			app := runtime.New(appOpts(c, runtime.Observe(obs))...)
-			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(tc.mode),
-				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-					if string(d.Record().Value) != "stuck" {
-						return nil
-					}
-					close(running)
-					<-ctx.Done()
-					cause <- context.Cause(ctx)
-					return ctx.Err()
+			h := func(ctx context.Context, d *runtime.Delivery) error {
+				if string(d.Record().Value) != "stuck" {
+					return nil
+				}
+				close(running)
+				<-ctx.Done()
+				cause <- context.Cause(ctx)
+				return ctx.Err()
+			}
+			sub := runtime.Topic("in").Group("g").Commit(tc.mode)
+			if tc.batch {
+				runtime.HandleBatch(app, sub, 1, runtime.BatchHandlerFunc(func(ctx context.Context, ds []*runtime.Delivery) []error {
+					return []error{h(ctx, ds[0])}
 				}), tc.opts...)
+			} else {
+				runtime.Handle(app, sub, runtime.HandlerFunc(h), tc.opts...)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			require.NoError(t, app.Start(ctx))

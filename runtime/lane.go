@@ -90,7 +90,7 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		d = new(Delivery)
 	}
 	d.rec, d.group, d.generation, d.attempt, d.reply = it.rec, c.group, ps.gen, ev.Attempt, nil
-	d.published.Store(0)
+	d.pubs.reset()
 	var start time.Time
 	if c.timed {
 		start = time.Now()
@@ -115,20 +115,31 @@ func (c *consumer) handle(it *item, d *Delivery) {
 			return
 		}
 	}
+	c.conclude(it, ev, err, c.ctxOf(it), &d.pubs)
+}
+
+// conclude settles a handled record by the error its handler (or its batch's, for its element)
+// returned. ctx is the ctx the handler ran with, pubs what the call published into a Transactional
+// window with it.
+func (c *consumer) conclude(it *item, ev SettledEvent, err error, ctx context.Context, pubs *publishes) {
 	kind, after, cause := classify(err)
-	if kind == kindRetry && it.win == nil && c.ctxOf(it).Err() != nil {
+	var pubErr error
+	if p := pubs.failed.Load(); p != nil {
+		pubErr = *p
+	}
+	switch {
+	case kind == kindRetry && it.win == nil && ctx.Err() != nil:
 		// The runtime cancelled the handler (a revoke's or Shutdown's drain bound passed, the
 		// partition was lost) and it failed: it did not finish. It stays in flight, uncommitted,
 		// for the next owner: not a retry copy, a dead letter or (Auto) a refused retry that
 		// commits past it (DESIGN §3.7).
 		ev.Err = cause
 		c.retryInPlace(it, ev)
-		return
+	case it.win != nil && (kind == kindRetry || pubErr != nil) &&
+		c.retryAbortsWindow(it, ev, pubs.made.Load() > 0, pubErr, cause, after):
+	default:
+		c.resolve(it, ev, kind, cause, after)
 	}
-	if kind == kindRetry && it.win != nil && c.retryAbortsWindow(it, ev, d, cause, after) {
-		return
-	}
-	c.resolve(it, ev, kind, cause, after)
 }
 
 // settle completes a record that is done: its offset may now be committed.
@@ -153,7 +164,7 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 		}
 	}
 	if it.win != nil { // publishes made with this ctx are counted on d (Transactional retries)
-		ctx = context.WithValue(ctx, deliveryKey{}, d)
+		ctx = withPublishes(ctx, &d.pubs)
 	}
 	return nil, c.h.HandleDelivery(ctx, d)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-io/tidemark/txn"
@@ -59,8 +60,9 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	if cause := tw.w.Aborted(); cause != nil {
 		return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrWindowClosed, cause)
 	}
-	if d, ok := DeliveryFrom(ctx); ok {
-		d.published.Add(1)
+	pubs := publishesOf(ctx)
+	if pubs != nil {
+		pubs.made.Add(1)
 	}
 	done := make(chan error, 1)
 	if err := tw.w.Produce(func() {
@@ -70,10 +72,40 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	}
 	if err := <-done; err != nil {
 		err = fmt.Errorf("tidemark: publish to %s in a transaction: %w", r.Topic, err)
+		if pubs != nil && tw.w.Aborted() == nil { // else it may have failed because of the abort (its ctx ended)
+			pubs.failed.CompareAndSwap(nil, &err)
+		}
 		tw.c.abortWindow(tw, err)
 		return err
 	}
 	return nil
+}
+
+// publishes is what one handler call (a record's, or a whole batch's) published into its
+// Transactional window with its ctx: a failed attempt that published must abort the window, so
+// that only a successful attempt's outputs commit (DESIGN §3.4).
+type publishes struct {
+	made   atomic.Int32          // publishes made, refused ones (the window had ended) excepted
+	failed atomic.Pointer[error] // the first one that failed while the window was open: it aborted it
+}
+
+type publishesKey struct{}
+
+// withPublishes returns ctx with p, to count the publishes made with it.
+func withPublishes(ctx context.Context, p *publishes) context.Context {
+	return context.WithValue(ctx, publishesKey{}, p)
+}
+
+// publishesOf returns the publishes a handler's ctx counts on, or nil.
+func publishesOf(ctx context.Context) *publishes {
+	p, _ := ctx.Value(publishesKey{}).(*publishes)
+	return p
+}
+
+// reset prepares p for another handler call.
+func (p *publishes) reset() {
+	p.made.Store(0)
+	p.failed.Store(nil)
 }
 
 // abortWindow aborts tw and drops its queued records: the whole window is read again from the
@@ -245,15 +277,19 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// retryAbortsWindow handles, in the Transactional mode, a retry that must abort its window: a
-// retry with no copy policy (DESIGN §3.4), or any failed delivery that already published into the
-// window (its outputs must not commit: only a successful attempt's do). The failed delivery is
-// counted for the record's offset, so its next delivery's Attempt grows, the Backoff grows with it,
-// and MaxAttempts applies across aborts; once the attempts are spent, the record is settled (dead
-// letter or drop) without the handler when it is read again. It reports whether it handled the
-// retry.
-func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, d *Delivery, cause error, after time.Duration) bool {
-	if it.win.w.Aborted() != nil {
+// retryAbortsWindow handles, in the Transactional mode, a failed delivery that must abort its
+// window: a retry with no copy policy (DESIGN §3.4); any failed delivery that already published into
+// the window (its outputs must not commit: only a successful attempt's do); and any delivery whose
+// own publish failed (pubErr: the failure aborted the window already), whatever it returned. The
+// failed delivery is counted for the record's offset, so its next delivery's Attempt grows, the
+// Backoff grows with it, and MaxAttempts applies across aborts; once the attempts are spent (with
+// DeadLetter alone: after the first), the record is settled (dead letter or drop) without the
+// handler when it is read again. It reports whether it handled the delivery.
+func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, published bool, pubErr, cause error, after time.Duration) bool {
+	if pubErr != nil && cause == nil {
+		cause = pubErr // it swallowed the error of the publish that aborted the window
+	}
+	if pubErr == nil && it.win.w.Aborted() != nil {
 		// The window is already being read again for another reason (this failure may be its
 		// consequence: a refused publish): this attempt does not count.
 		ev.Outcome, ev.Err = OutcomeRetry, cause
@@ -261,9 +297,11 @@ func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, d *Delivery, cau
 		return true
 	}
 	copies := c.cfg.maxAttempts > 0 || after > 0 || c.cfg.deadLetter != ""
-	if copies && d.published.Load() == 0 {
+	if pubErr == nil && copies && !published {
 		return false // a copy (or dead letter) in the window: nothing of this attempt leaks
 	}
+	spent := c.cfg.maxAttempts > 0 && ev.Attempt >= c.cfg.maxAttempts ||
+		c.cfg.maxAttempts == 0 && after <= 0 && c.cfg.deadLetter != "" // as resolve: dead-lettered at once
 	key := it.ps.tp
 	c.txnMu.Lock()
 	if c.txnTried == nil {
@@ -273,7 +311,7 @@ func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, d *Delivery, cau
 		c.txnTried[key] = map[int64]int{}
 	}
 	c.txnTried[key][it.rec.Offset]++
-	if c.cfg.maxAttempts > 0 && ev.Attempt >= c.cfg.maxAttempts {
+	if spent {
 		if c.txnGone[key] == nil {
 			c.txnGone[key] = map[int64]bool{}
 		}

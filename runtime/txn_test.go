@@ -386,3 +386,104 @@ func TestTransactionalPlainRetrySettlesOnTheNextAttempt(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, []int{1, 2}, dedupe(seenAttempts))
 }
+
+// A batch's publishes are every element's attempt: when an element of a batch that published
+// fails, the window aborts and only the successful attempt's outputs commit, as for a Handler; its
+// attempts count across the aborts (DESIGN §3.4, §3.5).
+func TestTransactionalBatchThatPublishedThenFailedCommitsNoOutputOfTheFailure(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 10, 1)
+	var mu sync.Mutex
+	var attempts []int // of "5"
+	app := runtime.New(appOpts(c)...)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-batch")), 4,
+		runtime.BatchHandlerFunc(func(ctx context.Context, ds []*runtime.Delivery) []error {
+			errs := make([]error, len(ds))
+			for i, d := range ds {
+				v := string(d.Record().Value)
+				if err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: fmt.Appendf(nil, "out-%s#%d", v, d.Attempt())}); err != nil {
+					errs[i] = err
+					continue
+				}
+				if v == "5" {
+					mu.Lock()
+					attempts = append(attempts, d.Attempt())
+					mu.Unlock()
+					if d.Attempt() == 1 {
+						errs[i] = errors.New("once")
+					}
+				}
+			}
+			return errs
+		}), runtime.MaxAttempts(3), runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	var got []string
+	for _, r := range c.ReadAll(t, "out", true) {
+		got = append(got, string(r.Value))
+	}
+	sort.Strings(got)
+	want := []string{"out-0#1", "out-1#1", "out-2#1", "out-3#1", "out-4#1", "out-5#2", "out-6#1", "out-7#1", "out-8#1", "out-9#1"}
+	require.Equal(t, want, got, "one output per input, none of the failed attempt")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 2}, dedupe(attempts))
+}
+
+// A handler whose own publish fails for good aborts its window every time, whether or not it
+// returns the error: each such attempt counts, so MaxAttempts sends the record to the dead-letter
+// topic and the records behind it go on (DESIGN §3.4). With DeadLetter alone, the first failure
+// of a delivery that published goes there.
+func TestTransactionalAttemptsWhosePublishFailsAreCounted(t *testing.T) {
+	cases := []struct {
+		name     string
+		swallow  bool // the handler ignores its publish's error and returns nil
+		opts     []runtime.HandleOption
+		attempts []int
+	}{
+		{"returned, MaxAttempts", false, []runtime.HandleOption{runtime.MaxAttempts(3), runtime.DeadLetter("dlq")}, []int{1, 2, 3}},
+		{"swallowed, MaxAttempts", true, []runtime.HandleOption{runtime.MaxAttempts(3), runtime.DeadLetter("dlq")}, []int{1, 2, 3}},
+		{"returned, DeadLetter alone", false, []runtime.HandleOption{runtime.DeadLetter("dlq")}, []int{1}},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("dlq", 1))
+			hwm := produceInputs(t, c, 3, 1) // "1" cannot publish its output
+			var mu sync.Mutex
+			var attempts []int
+			var app *runtime.App
+			app = txnApp(c, fmt.Sprintf("tx-pub-%d", i), func(*runtime.App) runtime.Handler {
+				return runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+					v := string(d.Record().Value)
+					out := &kgo.Record{Topic: "out", Value: []byte("out-" + v)}
+					if v == "1" {
+						mu.Lock()
+						attempts = append(attempts, d.Attempt())
+						mu.Unlock()
+						out.Topic = "" // the produce fails: a record without a topic
+					}
+					if err := app.Publish(ctx, out); err != nil && !tc.swallow {
+						return err
+					}
+					return nil
+				})
+			}, append(tc.opts, runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))...)
+			start(t, app)
+			c.WaitCommitted(t, "g", "in", hwm)
+			stop(t, app)
+			var outs []string
+			for _, r := range c.ReadAll(t, "out", true) {
+				outs = append(outs, string(r.Value))
+			}
+			sort.Strings(outs)
+			require.Equal(t, []string{"out-0", "out-2"}, outs)
+			dead := c.ReadAll(t, "dlq", true)
+			require.Len(t, dead, 1)
+			require.Equal(t, "1", string(dead[0].Value))
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, tc.attempts, dedupe(attempts))
+		})
+	}
+}
