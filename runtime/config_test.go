@@ -103,6 +103,32 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.Handle(a, runtime.Topic("t").Commit(runtime.Tracked), ack, runtime.CommitInterval(-time.Second), runtime.WindowTimeout(0))
 			},
 			[]string{`Topic("t"): CommitInterval`, `Topic("t"): WindowTimeout`}},
+		{"an empty broker address (Brokers(os.Getenv(...)) with the variable unset)", []runtime.Option{runtime.Brokers(""), runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
+			[]string{"Brokers"}},
+		{"a nil observer", []runtime.Option{brokers, runtime.DefaultGroup("g"), runtime.Observe(nil)},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
+			[]string{"Observe"}},
+		{"an unknown panic policy and start offset", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t").Start(runtime.StartOffset(9)), ack, runtime.OnPanic(runtime.PanicPolicy(9)))
+			},
+			[]string{`Topic("t"): OnPanic`, `Topic("t").Start`}},
+		{"a dead-letter topic the subscription reads (every dead letter would be read again)", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topics("t", "u"), ack, runtime.DeadLetter("u"), runtime.RetryToSource())
+			},
+			[]string{`Topics("t", "u"): DeadLetter`}},
+		{"one topic for retry copies and dead letters", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t"), ack, runtime.DeadLetter("r"), runtime.RetryTo("r"))
+			},
+			[]string{`Topic("t"): DeadLetter`}},
+		{"a manual partition named twice, and a negative one", []runtime.Option{brokers},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Partitions("t", 0, 0, -1), ack, runtime.RetryToSource())
+			},
+			[]string{`Partitions("t", [0 0 -1])`, `Partitions("t", [0 0 -1])`}},
 		{"every problem at once", []runtime.Option{runtime.MaxPollRecords(-1)},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.Workers(-2)) },
 			[]string{"Brokers", "MaxPollRecords", `Topic("t"): Workers`, `Topic("t").Group`}},

@@ -17,8 +17,12 @@ var (
 	ErrQueueFull = errors.New("tidemark: producer queue full")
 
 	// ErrUnflushed is wrapped by Shutdown (and Run) when produced records were not confirmed by the
-	// brokers before FlushTimeout passed; App.Unflushed says how many (DESIGN §3.7, §3.9).
+	// brokers before FlushTimeout passed, and by each Publish of such a record; App.Unflushed says
+	// how many (DESIGN §3.7, §3.9). Unconfirmed is not unwritten: a record sent before the producer
+	// closed may have been written all the same.
 	ErrUnflushed = errors.New("tidemark: produced records not flushed")
+
+	errNilRecord = errors.New("tidemark: publish: nil record")
 )
 
 // producer is the App's one producer client. It is created on the first publish, so a
@@ -42,8 +46,11 @@ type producer struct {
 // is sent it is not cancelled (an idempotent producer cannot know whether the broker wrote it), so
 // Publish may return after ctx ends. QueueTimeout bounds the wait for buffer space (ErrQueueFull).
 // Errors wrap franz-go's (errors.Is works); after Shutdown has closed the producer it returns
-// ErrClosed.
+// ErrClosed; a nil r is an error.
 func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
+	if r == nil {
+		return errNilRecord
+	}
 	if tw := windowOf(ctx); tw != nil {
 		return tw.publish(ctx, r) // a Transactional handler's ctx: into its window's transaction
 	}
@@ -61,7 +68,7 @@ func PublishJSON(ctx context.Context, app *App, topic string, key []byte, v any)
 }
 
 // Unflushed returns how many produced records the brokers had not confirmed when Shutdown closed
-// the producer after FlushTimeout; 0 before that.
+// the producer after FlushTimeout (some may have been written all the same); 0 before that.
 func (a *App) Unflushed() int64 { return a.prod.unflushed.Load() }
 
 // Pending returns how many published records (replies included) are buffered or sent and not yet

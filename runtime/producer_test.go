@@ -21,7 +21,7 @@ func consumeAndAck(app *runtime.App) {
 }
 
 // Publish waits for the brokers' acknowledgement; key, value and headers round-trip byte for byte
-// (DESIGN §3.9).
+// (DESIGN §3.9). A nil record is an error, and nothing is written for it.
 func TestPublishRoundTripsKeyValueAndHeaders(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
 	app := runtime.New(appOpts(c)...)
@@ -32,6 +32,7 @@ func TestPublishRoundTripsKeyValueAndHeaders(t *testing.T) {
 	rec := &kgo.Record{Topic: "out", Key: []byte{0, 1, 0xFF}, Value: []byte("v\x00alue"),
 		Headers: []kgo.RecordHeader{{Key: "h1", Value: []byte{0xFE}}, {Key: "h1", Value: nil}, {Key: "", Value: []byte("x")}}}
 	require.NoError(t, app.Publish(ctx, rec))
+	require.EqualError(t, app.Publish(ctx, nil), "tidemark: publish: nil record")
 	require.NoError(t, runtime.PublishJSON(ctx, app, "out", []byte("k"), map[string]int{"n": 1}))
 	got := c.ReadAll(t, "out", true)
 	require.Len(t, got, 2)

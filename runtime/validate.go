@@ -17,6 +17,12 @@ func validate(cfg appConfig, regs []registration) error {
 	if len(cfg.brokers) == 0 {
 		add("Brokers", "no seed brokers given")
 	}
+	if slices.Contains(cfg.brokers, "") {
+		add("Brokers", "empty broker address")
+	}
+	if cfg.observer == nil {
+		add("Observe", "nil observer: leave the option out for none")
+	}
 	if cfg.maxPollRecords < 1 {
 		add("MaxPollRecords", "need at least 1, got %d", cfg.maxPollRecords)
 	}
@@ -110,6 +116,20 @@ func validate(cfg appConfig, regs []registration) error {
 		if r.cfg.ordering > Unordered {
 			add(name+": Ordering", "unknown ordering %d", r.cfg.ordering)
 		}
+		if r.cfg.panicPolicy > PanicDrop {
+			add(name+": OnPanic", "unknown panic policy %d", r.cfg.panicPolicy)
+		}
+		if s.start > Latest {
+			add(name+".Start", "unknown start offset %d", s.start)
+		}
+		if dl := r.cfg.deadLetter; dl != "" {
+			if slices.Contains(s.topics, dl) {
+				add(name+": DeadLetter", "the dead-letter topic %q is a topic of the subscription: a dead letter would be read again", dl)
+			}
+			if dl == r.cfg.retryTo {
+				add(name+": DeadLetter", "the dead-letter topic %q is also the retry topic (RetryTo)", dl)
+			}
+		}
 		switch s.kind {
 		case subTopics:
 			if len(s.topics) == 0 {
@@ -132,6 +152,12 @@ func validate(cfg appConfig, regs []registration) error {
 			}
 			if len(s.partitions) == 0 {
 				add(name, "no partition named")
+			}
+			if ps := slices.Sorted(slices.Values(s.partitions)); len(slices.Compact(ps)) < len(s.partitions) {
+				add(name, "a partition is named twice")
+			}
+			if slices.Min(append([]int32{0}, s.partitions...)) < 0 {
+				add(name, "negative partition")
 			}
 			if s.mode.kind == modeTracked && group == "" {
 				add(name+".Group", "the Tracked mode on manual partitions commits into a group: name one with Group")
