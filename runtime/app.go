@@ -281,7 +281,7 @@ func (a *App) checkTopics(ctx context.Context) error {
 	}
 	details, err := kadm.NewClient(a.consumers[0].cl).ListTopics(ctx, names...) // not closed: it would close the consumer's client
 	if err != nil {
-		return fmt.Errorf("tidemark: start: check retry and dead-letter topics: %w", err)
+		return fmt.Errorf("tidemark: start: look up the topics the subscriptions use: %w", err)
 	}
 	var errs []error
 	for _, u := range uses {
