@@ -25,11 +25,12 @@ const (
 const MaxErrorBytes = 1024
 
 // Record returns the dead-letter record of r for topic: a retry copy of r (retry.Copy with no
-// group and no delay, so any group may consume it) plus the provenance headers, naming group, the handler's error cause (nil allowed) and
-// how many deliveries r had (attempts). Partition is left for the producer's partitioner.
+// group and no delay, so any group may consume it; its retry count is attempts) plus the
+// provenance headers, naming group, the handler's error cause (nil allowed) and how many
+// deliveries r had (attempts). Partition is left for the producer's partitioner.
 func Record(r *kgo.Record, topic, group string, attempts int, cause error) *kgo.Record {
 	o := retry.OriginOf(r)
-	d := retry.Copy(r, "", time.Time{})
+	d := retry.Copy(r, "", attempts, time.Time{})
 	d.Topic = topic
 	d.Headers = slices.DeleteFunc(d.Headers, func(h kgo.RecordHeader) bool { // each header once
 		switch h.Key {

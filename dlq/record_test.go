@@ -25,9 +25,9 @@ func values(r *kgo.Record, key string) []string {
 // retry group, so any group may consume the dead-letter topic (DESIGN §3.3).
 func TestRecordNamesTheOriginalOfASpentCopy(t *testing.T) {
 	orig := &kgo.Record{Topic: "payouts", Partition: 1, Offset: 7, Timestamp: time.UnixMilli(1000), Key: []byte("k"), Value: []byte{0xFF, 0xFE, 0x00}}
-	c1 := retry.Copy(orig, "g", time.UnixMilli(2000))
+	c1 := retry.Copy(orig, "g", 1, time.UnixMilli(2000))
 	c1.Topic, c1.Partition, c1.Offset = "payouts", 1, 9
-	c2 := retry.Copy(c1, "g", time.UnixMilli(3000))
+	c2 := retry.Copy(c1, "g", 2, time.UnixMilli(3000))
 	c2.Topic, c2.Partition, c2.Offset = "payouts", 1, 12
 
 	d := Record(c2, "payouts.dlq", "g", 3, errors.New("bank down"))

@@ -25,9 +25,9 @@ func TestCopyOfACopyKeepsOneCountAndTheFirstOrigin(t *testing.T) {
 	orig := &kgo.Record{Topic: "payouts", Partition: 2, Offset: 41, Timestamp: ts, Key: []byte("k"), Value: []byte{0xFF, 0xFE, 0x00},
 		Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("abc")}}}
 	due := time.UnixMilli(1_800_000_000_000)
-	c1 := Copy(orig, "g", due)
+	c1 := Copy(orig, "g", 1, due)
 	c1.Topic, c1.Partition, c1.Offset, c1.Timestamp = "payouts", 2, 57, time.UnixMilli(1_700_000_009_000)
-	c2 := Copy(c1, "g", time.Time{})
+	c2 := Copy(c1, "g", 2, time.Time{})
 
 	require.Equal(t, orig.Key, c2.Key)
 	require.Equal(t, orig.Value, c2.Value)

@@ -138,6 +138,7 @@ func (c *consumer) handleBatch(items []*item) {
 		c.log.Warn("tidemark: batch handler returned a result of the wrong length",
 			"group", c.group, "batch", len(work), "results", len(results), "retried", short, "ignored", extra)
 	}
+	pubs.returned(work[0].win) // before its elements settle: one's abort is not another's cause
 	for i, it := range work {
 		evs[i].Duration = dur
 		c.conclude(it, evs[i], aligned[i], ctx, &pubs)

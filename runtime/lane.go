@@ -115,6 +115,7 @@ func (c *consumer) handle(it *item, d *Delivery) {
 			return
 		}
 	}
+	d.pubs.returned(it.win)
 	c.conclude(it, ev, err, c.ctxOf(it), &d.pubs)
 }
 
@@ -123,10 +124,6 @@ func (c *consumer) handle(it *item, d *Delivery) {
 // window with it.
 func (c *consumer) conclude(it *item, ev SettledEvent, err error, ctx context.Context, pubs *publishes) {
 	kind, after, cause := classify(err)
-	var pubErr error
-	if p := pubs.failed.Load(); p != nil {
-		pubErr = *p
-	}
 	switch {
 	case kind == kindRetry && it.win == nil && ctx.Err() != nil:
 		// The runtime cancelled the handler (a revoke's or Shutdown's drain bound passed, the
@@ -135,8 +132,7 @@ func (c *consumer) conclude(it *item, ev SettledEvent, err error, ctx context.Co
 		// commits past it (DESIGN §3.7).
 		ev.Err = cause
 		c.retryInPlace(it, ev)
-	case it.win != nil && (kind == kindRetry || pubErr != nil) &&
-		c.retryAbortsWindow(it, ev, pubs.made.Load() > 0, pubErr, cause, after):
+	case it.win != nil && (kind == kindRetry || pubs.failed.Load() != nil) && c.retryAbortsWindow(it, ev, pubs, cause, after):
 	default:
 		c.resolve(it, ev, kind, cause, after)
 	}

@@ -73,7 +73,7 @@ func (c *consumer) retryCopy(it *item, ev SettledEvent, after time.Duration) {
 		wait = max(c.cfg.backoff(ev.Attempt, ev.Err), 0)
 	}
 	due := time.Now().Add(wait)
-	cp := retry.Copy(it.rec, c.group, due)
+	cp := retry.Copy(it.rec, c.group, ev.Attempt, due) // its deliveries so far: in place and in aborted windows too
 	ctx := c.ctxOf(it)
 	if c.cfg.retryTo != "" {
 		cp.Topic = c.cfg.retryTo

@@ -85,8 +85,13 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 // Transactional window with its ctx: a failed attempt that published must abort the window, so
 // that only a successful attempt's outputs commit (DESIGN §3.4).
 type publishes struct {
-	made   atomic.Int32          // publishes made, refused ones (the window had ended) excepted
+	made   atomic.Int32          // publishes made, the ones refused by an aborted window excepted
 	failed atomic.Pointer[error] // the first one that failed while the window was open: it aborted it
+	// othersAbort is set when the call returned: the window had aborted already, for another
+	// record, so the call's failures may be its consequence (a refused publish, a cancelled ctx).
+	// A batch's own elements settle after it is set, so one failing element's abort is not taken
+	// for another's.
+	othersAbort bool
 }
 
 type publishesKey struct{}
@@ -106,6 +111,12 @@ func publishesOf(ctx context.Context) *publishes {
 func (p *publishes) reset() {
 	p.made.Store(0)
 	p.failed.Store(nil)
+	p.othersAbort = false
+}
+
+// returned sets othersAbort once the handler call of a record of tw has returned.
+func (p *publishes) returned(tw *txnWindow) {
+	p.othersAbort = tw != nil && tw.w.Aborted() != nil && p.failed.Load() == nil
 }
 
 // abortWindow aborts tw and drops its queued records: the whole window is read again from the
@@ -280,16 +291,21 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // retryAbortsWindow handles, in the Transactional mode, a failed delivery that must abort its
 // window: a retry with no copy policy (DESIGN §3.4); any failed delivery that already published into
 // the window (its outputs must not commit: only a successful attempt's do); and any delivery whose
-// own publish failed (pubErr: the failure aborted the window already), whatever it returned. The
-// failed delivery is counted for the record's offset, so its next delivery's Attempt grows, the
+// own publish failed (the failure aborted the window already), whatever it returned. A failure
+// that may be the consequence of another record's abort (pubs.othersAbort) is settled without
+// counting. The failed delivery is counted for the record's offset, so its next delivery's Attempt grows, the
 // Backoff grows with it, and MaxAttempts applies across aborts; once the attempts are spent (with
 // DeadLetter alone: after the first), the record is settled (dead letter or drop) without the
 // handler when it is read again. It reports whether it handled the delivery.
-func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, published bool, pubErr, cause error, after time.Duration) bool {
+func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, pubs *publishes, cause error, after time.Duration) bool {
+	var pubErr error
+	if p := pubs.failed.Load(); p != nil {
+		pubErr = *p
+	}
 	if pubErr != nil && cause == nil {
 		cause = pubErr // it swallowed the error of the publish that aborted the window
 	}
-	if pubErr == nil && it.win.w.Aborted() != nil {
+	if pubs.othersAbort {
 		// The window is already being read again for another reason (this failure may be its
 		// consequence: a refused publish): this attempt does not count.
 		ev.Outcome, ev.Err = OutcomeRetry, cause
@@ -297,7 +313,7 @@ func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, published bool, 
 		return true
 	}
 	copies := c.cfg.maxAttempts > 0 || after > 0 || c.cfg.deadLetter != ""
-	if pubErr == nil && copies && !published {
+	if pubErr == nil && copies && pubs.made.Load() == 0 {
 		return false // a copy (or dead letter) in the window: nothing of this attempt leaks
 	}
 	spent := c.cfg.maxAttempts > 0 && ev.Attempt >= c.cfg.maxAttempts ||

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/dlq"
 	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/retry"
 	"github.com/tidemark-io/tidemark/runtime"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -486,4 +488,95 @@ func TestTransactionalAttemptsWhosePublishFailsAreCounted(t *testing.T) {
 			require.Equal(t, tc.attempts, dedupe(attempts))
 		})
 	}
+}
+
+// Every failing element of a batch that published counts an attempt, not only the first one to
+// abort the window: with MaxAttempts(2), "a" and "b" are each handled at attempts 1 and 2, then
+// dead-lettered once; only "c"'s output commits.
+func TestTransactionalBatchCountsEveryFailingElement(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("dlq", 1))
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	hwm := c.HighWatermarks(t, "in")
+	var mu sync.Mutex
+	attempts := map[string][]int{}
+	app := runtime.New(appOpts(c)...)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-batch-all")), 3,
+		runtime.BatchHandlerFunc(func(ctx context.Context, ds []*runtime.Delivery) []error {
+			errs := make([]error, len(ds))
+			for i, d := range ds {
+				v := string(d.Record().Value)
+				mu.Lock()
+				attempts[v] = append(attempts[v], d.Attempt())
+				mu.Unlock()
+				if err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + v)}); err != nil {
+					errs[i] = err
+				} else if v != "c" {
+					errs[i] = errors.New("always")
+				}
+			}
+			return errs
+		}), runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	var outs, dead []string
+	for _, r := range c.ReadAll(t, "out", true) {
+		outs = append(outs, string(r.Value))
+	}
+	for _, r := range c.ReadAll(t, "dlq", true) {
+		dead = append(dead, string(r.Value))
+	}
+	sort.Strings(dead)
+	require.Equal(t, []string{"out-c"}, outs)
+	require.Equal(t, []string{"a", "b"}, dead)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 2}, attempts["a"])
+	require.Equal(t, []int{1, 2}, attempts["b"])
+}
+
+// A retry copy made after an attempt counted in an aborted window carries the deliveries so far as
+// its retry count, so MaxAttempts still caps the attempts: "x" publishes and fails once (the window
+// aborts), then fails without publishing (copies): attempts 1, 2, 3, then the dead-letter topic
+// (DESIGN §3.3: MaxAttempts counts every delivery).
+func TestTransactionalCopyAfterAnAbortKeepsTheCount(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("dlq", 1))
+	c.ProduceValues(t, "in", 0, "x", "y")
+	var mu sync.Mutex
+	var attempts []int // of "x"
+	var app *runtime.App
+	app = txnApp(c, "tx-copy-count", func(*runtime.App) runtime.Handler {
+		return runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			v := string(d.Record().Value)
+			if v != "x" {
+				return app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + v)})
+			}
+			mu.Lock()
+			attempts = append(attempts, d.Attempt())
+			first := len(attempts) == 1
+			mu.Unlock()
+			if first {
+				if err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("out-x")}); err != nil {
+					return err
+				}
+			}
+			return errors.New("always")
+		})
+	}, runtime.MaxAttempts(3), runtime.DeadLetter("dlq"), runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
+	start(t, app)
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, 20*time.Second, 20*time.Millisecond)
+	c.WaitCommitted(t, "g", "in", c.HighWatermarks(t, "in"))
+	stop(t, app)
+	var outs []string
+	for _, r := range c.ReadAll(t, "out", true) {
+		outs = append(outs, string(r.Value))
+	}
+	require.Equal(t, []string{"out-y"}, outs)
+	dead := c.ReadAll(t, "dlq", true)
+	require.Equal(t, "x", string(dead[0].Value))
+	require.Equal(t, []string{"3"}, hv(dead[0], dlq.AttemptsHeader))
+	require.Equal(t, []string{"3"}, hv(dead[0], retry.CountHeader))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 2, 3}, attempts)
 }
