@@ -119,6 +119,11 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.Handle(a, runtime.Topics("t", "u"), ack, runtime.DeadLetter("u"), runtime.RetryToSource())
 			},
 			[]string{`Topics("t", "u"): DeadLetter`}},
+		{"a pattern that matches its dead-letter topic", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Pattern(`^ev\.`), ack, runtime.DeadLetter("ev.dlq"), runtime.RetryToSource())
+			},
+			[]string{`Pattern("^ev\\."): DeadLetter`}},
 		{"one topic for retry copies and dead letters", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) {
 				runtime.Handle(a, runtime.Topic("t"), ack, runtime.DeadLetter("r"), runtime.RetryTo("r"))

@@ -29,7 +29,7 @@ type Outcome uint8
 const (
 	OutcomeAck           Outcome = iota + 1 // the handler returned nil
 	OutcomeDrop                             // Drop, or a panic under PanicDrop
-	OutcomeRetry                            // to be handled again in place (Tracked)
+	OutcomeRetry                            // to be handled again: in place, in a re-read window, or by the next owner (a cancelled handler)
 	OutcomeRetryRefused                     // a retry asked for under Auto: ErrRetryUnsupported
 	OutcomeDecodeFailure                    // dropped: the value did not decode (ErrDecode)
 	OutcomePanic                            // a panic under PanicFail: left uncommitted, the App fails

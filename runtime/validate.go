@@ -123,7 +123,7 @@ func validate(cfg appConfig, regs []registration) error {
 			add(name+".Start", "unknown start offset %d", s.start)
 		}
 		if dl := r.cfg.deadLetter; dl != "" {
-			if slices.Contains(s.topics, dl) {
+			if slices.Contains(s.topics, dl) || s.kind == subPattern && patternMatches(s.pattern, dl) {
 				add(name+": DeadLetter", "the dead-letter topic %q is a topic of the subscription: a dead letter would be read again", dl)
 			}
 			if dl == r.cfg.retryTo {
@@ -191,4 +191,10 @@ func validate(cfg appConfig, regs []registration) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// patternMatches reports whether a valid pattern matches topic (an invalid one is reported apart).
+func patternMatches(pattern, topic string) bool {
+	re, err := regexp.Compile(pattern)
+	return err == nil && re.MatchString(topic)
 }
