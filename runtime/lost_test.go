@@ -3,7 +3,9 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
@@ -111,4 +113,49 @@ func TestUnorderedLanesPassABlockedRecord(t *testing.T) {
 	}
 	close(release)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 10})
+}
+
+// Under Unordered, with every lane busy, Shutdown drops the records waiting for a lane unhandled
+// and uncommitted. Both lanes here block until Shutdown's bound cancels them: nothing is handled to
+// completion, nothing is committed, and a restarted member handles every record once.
+func TestUnorderedShutdownDropsRecordsWaitingForALane(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, numbered(10)...)
+	obs := newTakeObserver()
+	all := obs.delivered(0, 10)
+	busy := make(chan struct{}, 2)
+	var first handledLog
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			first.add(d)
+			busy <- struct{}{}
+			<-ctx.Done() // Shutdown's bound passes
+			return ctx.Err()
+		}), runtime.Workers(2), runtime.Unordered)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(ctx))
+	<-busy
+	<-busy // both lanes hold a record; the rest wait for a lane
+	waitClosed(t, all, "the 10 records were never delivered")
+	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer scancel()
+	require.ErrorIs(t, app.Shutdown(sctx), context.DeadlineExceeded)
+	require.Len(t, first.offsets(0), 2, "only the two records in a lane reached the handler")
+	require.LessOrEqual(t, c.Committed(t, "g", "in")[0], int64(0), "nothing finished: nothing committed past 0")
+
+	var second handledLog
+	app2 := runtime.New(appOpts(c)...)
+	runtime.Handle(app2, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			second.add(d)
+			return nil
+		}), runtime.Workers(2), runtime.Unordered)
+	start(t, app2)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 10})
+	stop(t, app2)
+	got := second.offsets(0)
+	slices.Sort(got)
+	require.Equal(t, offsetRange(0, 10), got, "the restarted member's handler calls")
 }
