@@ -145,14 +145,8 @@ func TestUnorderedShutdownDropsRecordsWaitingForALane(t *testing.T) {
 	require.Len(t, first.offsets(0), 2, "only the two records in a lane reached the handler")
 	require.LessOrEqual(t, c.Committed(t, "g", "in")[0], int64(0), "nothing finished: nothing committed past 0")
 
-	var second handledLog
-	app2 := runtime.New(appOpts(c)...)
-	runtime.Handle(app2, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
-		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-			second.add(d)
-			return nil
-		}), runtime.Workers(2), runtime.Unordered)
-	start(t, app2)
+	app2, second := startLogging(t, c, runtime.Topic("in").Group("g").Commit(runtime.Tracked), nil,
+		runtime.Workers(2), runtime.Unordered)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 10})
 	stop(t, app2)
 	got := second.offsets(0)

@@ -400,14 +400,7 @@ func TestTakeShutdownInTheMiddleLosesNothing(t *testing.T) {
 	require.Equal(t, map[int32]int64{0: int64(len(handled))}, c.Committed(t, "g", "in"),
 		"the final commit is exactly what was handled")
 
-	var second handledLog
-	app2 := runtime.New(appOpts(c)...)
-	runtime.Handle(app2, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
-		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-			second.add(d)
-			return nil
-		}))
-	start(t, app2)
+	app2, second := startLogging(t, c, runtime.Topic("in").Group("g").Commit(runtime.Tracked), nil)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 200})
 	stop(t, app2)
 	require.Equal(t, offsetRange(int64(len(handled)), 200), second.offsets(0), "the restarted member's handler calls")

@@ -417,15 +417,11 @@ func TestTransactionalBatchThatPublishedThenFailedCommitsNoOutputOfTheFailure(t 
 				}
 			}
 			return errs
-		}), runtime.MaxAttempts(3), runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
+		}), runtime.MaxAttempts(3), fastBackoff)
 	start(t, app)
 	c.WaitCommitted(t, "g", "in", hwm)
 	stop(t, app)
-	var got []string
-	for _, r := range c.ReadAll(t, "out", true) {
-		got = append(got, string(r.Value))
-	}
-	sort.Strings(got)
+	got := committedValues(t, c, "out")
 	want := []string{"out-0#1", "out-1#1", "out-2#1", "out-3#1", "out-4#1", "out-5#2", "out-6#1", "out-7#1", "out-8#1", "out-9#1"}
 	require.Equal(t, want, got, "one output per input, none of the failed attempt")
 	mu.Lock()
@@ -470,19 +466,12 @@ func TestTransactionalAttemptsWhosePublishFailsAreCounted(t *testing.T) {
 					}
 					return nil
 				})
-			}, append(tc.opts, runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))...)
+			}, append(tc.opts, fastBackoff)...)
 			start(t, app)
 			c.WaitCommitted(t, "g", "in", hwm)
 			stop(t, app)
-			var outs []string
-			for _, r := range c.ReadAll(t, "out", true) {
-				outs = append(outs, string(r.Value))
-			}
-			sort.Strings(outs)
-			require.Equal(t, []string{"out-0", "out-2"}, outs)
-			dead := c.ReadAll(t, "dlq", true)
-			require.Len(t, dead, 1)
-			require.Equal(t, "1", string(dead[0].Value))
+			require.Equal(t, []string{"out-0", "out-2"}, committedValues(t, c, "out"))
+			require.Equal(t, []string{"1"}, committedValues(t, c, "dlq"))
 			mu.Lock()
 			defer mu.Unlock()
 			require.Equal(t, tc.attempts, dedupe(attempts))
@@ -515,20 +504,12 @@ func TestTransactionalBatchCountsEveryFailingElement(t *testing.T) {
 				}
 			}
 			return errs
-		}), runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
+		}), runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), fastBackoff)
 	start(t, app)
 	c.WaitCommitted(t, "g", "in", hwm)
 	stop(t, app)
-	var outs, dead []string
-	for _, r := range c.ReadAll(t, "out", true) {
-		outs = append(outs, string(r.Value))
-	}
-	for _, r := range c.ReadAll(t, "dlq", true) {
-		dead = append(dead, string(r.Value))
-	}
-	sort.Strings(dead)
-	require.Equal(t, []string{"out-c"}, outs)
-	require.Equal(t, []string{"a", "b"}, dead)
+	require.Equal(t, []string{"out-c"}, committedValues(t, c, "out"))
+	require.Equal(t, []string{"a", "b"}, committedValues(t, c, "dlq"))
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int{1, 2}, attempts["a"])
@@ -562,16 +543,12 @@ func TestTransactionalCopyAfterAnAbortKeepsTheCount(t *testing.T) {
 			}
 			return errors.New("always")
 		})
-	}, runtime.MaxAttempts(3), runtime.DeadLetter("dlq"), runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
+	}, runtime.MaxAttempts(3), runtime.DeadLetter("dlq"), fastBackoff)
 	start(t, app)
 	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, 20*time.Second, 20*time.Millisecond)
 	c.WaitCommitted(t, "g", "in", c.HighWatermarks(t, "in"))
 	stop(t, app)
-	var outs []string
-	for _, r := range c.ReadAll(t, "out", true) {
-		outs = append(outs, string(r.Value))
-	}
-	require.Equal(t, []string{"out-y"}, outs)
+	require.Equal(t, []string{"out-y"}, committedValues(t, c, "out"))
 	dead := c.ReadAll(t, "dlq", true)
 	require.Equal(t, "x", string(dead[0].Value))
 	require.Equal(t, []string{"3"}, hv(dead[0], dlq.AttemptsHeader))
@@ -579,4 +556,15 @@ func TestTransactionalCopyAfterAnAbortKeepsTheCount(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int{1, 2, 3}, attempts)
+}
+
+// committedValues returns the values of topic's records under read_committed, sorted.
+func committedValues(t *testing.T, c *kfaketest.Cluster, topic string) []string {
+	t.Helper()
+	var out []string
+	for _, r := range c.ReadAll(t, topic, true) {
+		out = append(out, string(r.Value))
+	}
+	sort.Strings(out)
+	return out
 }
