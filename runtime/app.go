@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // State is an App's lifecycle state, reported by App.State.
@@ -250,12 +252,21 @@ func (c *consumer) waitReady(ctx context.Context) error {
 }
 
 // checkTopics fails Start when a subscribed, RetryTo, DeadLetter or Reply topic does not exist
-// (DESIGN §3.3), or a Partitions subscription names a partition its topic does not have, naming
-// the option and the topic, instead of waiting for an assignment or records that never come or
-// retrying a produce forever.
+// (DESIGN §3.3), a Partitions subscription names a partition its topic does not have, or a Pattern
+// subscription would consume its own DeadLetter topic, naming the option and the topic, instead of
+// waiting for an assignment or records that never come, retrying a produce forever, or
+// dead-lettering its dead letters forever.
 func (a *App) checkTopics(ctx context.Context) error {
 	type use struct{ option, topic string }
-	var uses []use
+	var (
+		uses []use
+		errs []error
+	)
+	for _, c := range a.consumers {
+		if dl := c.cfg.deadLetter; dl != "" && c.sub.kind == subPattern && c.consumesByPattern(dl) {
+			errs = append(errs, configErr(c.sub.String()+": DeadLetter", "the pattern matches the dead-letter topic %q: every dead letter would be read again (exclude it with the pattern or kgo.ConsumeExcludeTopics)", dl))
+		}
+	}
 	for _, c := range a.consumers {
 		if c.sub.kind != subPattern {
 			for _, t := range c.sub.topics {
@@ -273,7 +284,7 @@ func (a *App) checkTopics(ctx context.Context) error {
 		}
 	}
 	if len(uses) == 0 {
-		return nil
+		return errors.Join(errs...)
 	}
 	names := make([]string, len(uses))
 	for i, u := range uses {
@@ -283,7 +294,6 @@ func (a *App) checkTopics(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tidemark: start: look up the topics the subscriptions use: %w", err)
 	}
-	var errs []error
 	for _, u := range uses {
 		if td, ok := details[u.topic]; !ok || td.Err != nil {
 			errs = append(errs, configErr(u.option, "topic %q does not exist", u.topic))
@@ -315,4 +325,19 @@ func (a *App) register(r registration) {
 		panic(fmt.Sprintf("tidemark: Handle(%s) after Start: register every handler before Start", r.sub))
 	}
 	a.regs = append(a.regs, r)
+}
+
+// consumesByPattern reports whether the subscription's pattern matches topic and none of the
+// client's kgo.ConsumeExcludeTopics does, as franz-go decides what a regex consumer reads.
+func (c *consumer) consumesByPattern(topic string) bool {
+	if re, err := regexp.Compile(c.sub.pattern); err != nil || !re.MatchString(topic) {
+		return false
+	}
+	excl, _ := c.cl.OptValue(kgo.ConsumeExcludeTopics).([]string)
+	for _, e := range excl {
+		if re, err := regexp.Compile(e); err == nil && re.MatchString(topic) {
+			return false
+		}
+	}
+	return true
 }

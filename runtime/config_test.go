@@ -119,11 +119,6 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.Handle(a, runtime.Topics("t", "u"), ack, runtime.DeadLetter("u"), runtime.RetryToSource())
 			},
 			[]string{`Topics("t", "u"): DeadLetter`}},
-		{"a pattern that matches its dead-letter topic", []runtime.Option{brokers, runtime.DefaultGroup("g")},
-			func(a *runtime.App) {
-				runtime.Handle(a, runtime.Pattern(`^ev\.`), ack, runtime.DeadLetter("ev.dlq"), runtime.RetryToSource())
-			},
-			[]string{`Pattern("^ev\\."): DeadLetter`}},
 		{"one topic for retry copies and dead letters", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) {
 				runtime.Handle(a, runtime.Topic("t"), ack, runtime.DeadLetter("r"), runtime.RetryTo("r"))
@@ -214,5 +209,28 @@ func TestStartFailsOnAMissingPartition(t *testing.T) {
 	require.EqualError(t, err, `tidemark: Partitions("in", [1 7]): topic "in" has no partition 7 (it has 2)`)
 	var ce *runtime.ConfigError
 	require.ErrorAs(t, err, &ce)
+	require.NoError(t, app.Shutdown(ctx))
+}
+
+// A Pattern that matches its own DeadLetter topic would read and dead-letter its dead letters
+// forever: Start rejects it, unless kgo.ConsumeExcludeTopics leaves the topic out.
+func TestStartRejectsAPatternThatReadsItsDeadLetterTopic(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("ev.in", 1), kfaketest.Topic("ev.dlq", 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Pattern(`^ev\.`), ack, runtime.DeadLetter("ev.dlq"), runtime.RetryToSource())
+	err := app.Start(ctx)
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, `Pattern("^ev\\."): DeadLetter`, ce.Option)
+	require.ErrorContains(t, err, `the pattern matches the dead-letter topic "ev.dlq"`)
+	require.NoError(t, app.Shutdown(ctx))
+
+	app = runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Pattern(`^ev\.`).Config(kgo.ConsumeExcludeTopics(`^ev\.dlq$`)), ack,
+		runtime.DeadLetter("ev.dlq"), runtime.RetryToSource())
+	require.NoError(t, app.Start(ctx))
 	require.NoError(t, app.Shutdown(ctx))
 }

@@ -83,6 +83,7 @@ func (c *consumer) handle(it *item, d *Delivery) {
 	}
 	ev.Attempt = retry.Count(it.rec) + int(it.inPlace) + c.txnTries(it) + 1
 	if c.txnSpent(it) { // spent in an aborted window: settled without the handler (DESIGN §3.4)
+		ev.Attempt-- // as its last delivery, the one that spent it: counted in txnTries already
 		c.resolve(it, ev, kindRetry, errSpentInWindow, 0)
 		return
 	}

@@ -345,6 +345,8 @@ func TestTransactionalRetriesCountAcrossAbortsAndOnlySuccessesCommit(t *testing.
 	require.Equal(t, []int{1, 2, 3}, dedupe(attempts["7"]), "attempts of 7 grow across aborted windows")
 	dead := c.ReadAll(t, "dlq", true)
 	require.Equal(t, "7", string(dead[0].Value))
+	require.Equal(t, []string{"3"}, hv(dead[0], dlq.AttemptsHeader), "the deliveries it had")
+	require.Equal(t, []string{"3"}, hv(dead[0], retry.CountHeader))
 }
 
 // dedupe drops repeats of an attempt number (a record read again in an aborted window for another
@@ -472,6 +474,9 @@ func TestTransactionalAttemptsWhosePublishFailsAreCounted(t *testing.T) {
 			stop(t, app)
 			require.Equal(t, []string{"out-0", "out-2"}, committedValues(t, c, "out"))
 			require.Equal(t, []string{"1"}, committedValues(t, c, "dlq"))
+			dead := c.ReadAll(t, "dlq", true)
+			want := []string{fmt.Sprint(tc.attempts[len(tc.attempts)-1])} // the deliveries it had
+			require.Equal(t, want, hv(dead[0], dlq.AttemptsHeader))
 			mu.Lock()
 			defer mu.Unlock()
 			require.Equal(t, tc.attempts, dedupe(attempts))

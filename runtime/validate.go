@@ -123,7 +123,7 @@ func validate(cfg appConfig, regs []registration) error {
 			add(name+".Start", "unknown start offset %d", s.start)
 		}
 		if dl := r.cfg.deadLetter; dl != "" {
-			if slices.Contains(s.topics, dl) || s.kind == subPattern && patternMatches(s.pattern, dl) {
+			if slices.Contains(s.topics, dl) { // a Pattern's own: checkTopics, which knows its exclusions
 				add(name+": DeadLetter", "the dead-letter topic %q is a topic of the subscription: a dead letter would be read again", dl)
 			}
 			if dl == r.cfg.retryTo {
@@ -191,10 +191,4 @@ func validate(cfg appConfig, regs []registration) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// patternMatches reports whether a valid pattern matches topic (an invalid one is reported apart).
-func patternMatches(pattern, topic string) bool {
-	re, err := regexp.Compile(pattern)
-	return err == nil && re.MatchString(topic)
 }
