@@ -6,8 +6,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// CountHeader is the header key of the retry count of a retry copy: ASCII decimal, "1" on the first
-// copy (DESIGN §3.3). The original record has none.
+// CountHeader is the header key of the retry count of a retry copy: ASCII decimal, the deliveries
+// the record had when the copy was made ("1" on the first copy of a record that failed once; DESIGN
+// §3.3, docs/design.md "Departures"). The original record has none.
 const CountHeader = "x-tidemark-retry-count"
 
 // Count returns the retry count carried by r's CountHeader: 0 when the header is missing, malformed

@@ -9,11 +9,12 @@
 //
 // # Retry count
 //
-// A retry copy carries the header [CountHeader] (ASCII decimal); the original record has none. A
-// missing or malformed header reads as 0 ([Count]).
+// A retry copy carries the header [CountHeader] (ASCII decimal): the deliveries the record had
+// when the copy was made, so its first delivery is attempt count + 1. The original record has
+// none. A missing or malformed header reads as 0 ([Count]).
 //
 // # Copies
 //
-// [Copy] makes a retry copy: key, value and user headers kept (each once), count + 1, the origin
+// [Copy] makes a retry copy: key, value and user headers kept (each once), the count, the origin
 // headers naming the first original, the group that made it and its not-before time (unix ms).
 package retry

@@ -61,3 +61,12 @@ func TestOriginOfAnOriginalIsItself(t *testing.T) {
 		Headers: []kgo.RecordHeader{{Key: OriginTopicHeader, Value: []byte("x")}, {Key: OriginOffsetHeader, Value: []byte("nope")}}}
 	require.Equal(t, Origin{Topic: "t", Partition: 1, Offset: 9, Timestamp: time.UnixMilli(5)}, OriginOf(r))
 }
+
+// A copy's count is the failed delivery's number; below 1 it is taken as 1, so a copy never reads
+// as an original (DESIGN §3.3).
+func TestCopyCountIsTheFailedDelivery(t *testing.T) {
+	orig := &kgo.Record{Topic: "t", Offset: 3}
+	require.Equal(t, []string{"4"}, headerValues(Copy(orig, "g", 4, time.Time{}), CountHeader))
+	require.Equal(t, []string{"1"}, headerValues(Copy(orig, "g", 0, time.Time{}), CountHeader))
+	require.Equal(t, 1, Count(Copy(orig, "g", -2, time.Time{})))
+}

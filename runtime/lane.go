@@ -160,7 +160,7 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 			return c.app.Publish(ctx, &kgo.Record{Topic: topic, Key: it.rec.Key, Value: v})
 		}
 	}
-	if it.win != nil { // publishes made with this ctx are counted on d (Transactional retries)
+	if it.win != nil { // publishes made with this ctx, and their failures, are counted in d.pubs
 		ctx = withPublishes(ctx, &d.pubs)
 	}
 	return nil, c.h.HandleDelivery(ctx, d)

@@ -40,7 +40,8 @@ func defaultAppConfig() appConfig {
 }
 
 // Brokers sets the seed brokers ("host:port") of every subscription's client. Required: Start
-// fails with a *ConfigError naming Brokers when there are none.
+// fails with a *ConfigError naming Brokers when there are none, or one is empty (an unset
+// environment variable).
 func Brokers(addrs ...string) Option {
 	return appOption(func(c *appConfig) { c.brokers = append(c.brokers, addrs...) })
 }
@@ -67,7 +68,8 @@ func Logger(l *slog.Logger) Option {
 }
 
 // Observe sets the Observer that receives the runtime's events (metrics adapters), overriding the
-// no-op default. Its methods are called from the runtime's goroutines and must not block.
+// no-op default. Its methods are called from the runtime's goroutines and must not block. A nil o
+// fails Start with a *ConfigError naming Observe.
 func Observe(o Observer) Option {
 	return appOption(func(c *appConfig) { c.observer = o })
 }

@@ -111,6 +111,8 @@ func Pattern(regex string) Subscription { return Subscription{kind: subPattern, 
 // Partitions reads the given partitions of topic directly, without group membership (franz-go
 // refuses ConsumePartitions with a group). With Group(g) it starts from g's committed offsets and
 // commits into g with kadm; g must not be used by any group subscription. Tracked needs a group.
+// A partition named twice, a negative one or one the topic does not have fails Start with a
+// *ConfigError.
 func Partitions(topic string, partitions ...int32) Subscription {
 	return Subscription{kind: subPartitions, topics: []string{topic}, partitions: append([]int32(nil), partitions...)}
 }
@@ -122,7 +124,8 @@ func (s Subscription) Group(group string) Subscription { s.group = group; return
 func (s Subscription) Commit(m CommitMode) Subscription { s.mode = m; return s }
 
 // Start sets where reading starts when the group has no committed offset (Earliest by default). It
-// sets both franz-go's start offset and its reset offset; a committed offset always wins.
+// sets both franz-go's start offset and its reset offset; a committed offset always wins. A value
+// other than Earliest and Latest fails Start with a *ConfigError.
 func (s Subscription) Start(o StartOffset) Subscription { s.start = o; return s }
 
 // Config adds franz-go options for this subscription's client only, after the App's ClientOpts and

@@ -289,14 +289,15 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // retryAbortsWindow handles, in the Transactional mode, a failed delivery that must abort its
-// window: a retry with no copy policy (DESIGN §3.4); any failed delivery that already published into
-// the window (its outputs must not commit: only a successful attempt's do); and any delivery whose
-// own publish failed (the failure aborted the window already), whatever it returned. A failure
-// that may be the consequence of another record's abort (pubs.othersAbort) is settled without
-// counting. The failed delivery is counted for the record's offset, so its next delivery's Attempt grows, the
-// Backoff grows with it, and MaxAttempts applies across aborts; once the attempts are spent (with
-// DeadLetter alone: after the first), the record is settled (dead letter or drop) without the
-// handler when it is read again. It reports whether it handled the delivery.
+// window: a retry with no copy policy (DESIGN §3.4); any failed delivery that already published
+// into the window (its outputs must not commit: only a successful attempt's do); and any delivery
+// whose own publish failed (the failure aborted the window already), whatever it returned. A
+// failure that may be the consequence of another record's abort (pubs.othersAbort) is settled
+// without counting. The failed delivery is counted for the record's offset, so its next
+// delivery's Attempt grows, the Backoff grows with it, and MaxAttempts applies across aborts; once
+// the attempts are spent (with DeadLetter alone: after the first), the record is settled (dead
+// letter or drop) without the handler when it is read again. It reports whether it handled the
+// delivery.
 func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, pubs *publishes, cause error, after time.Duration) bool {
 	var pubErr error
 	if p := pubs.failed.Load(); p != nil {

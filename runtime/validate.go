@@ -153,11 +153,14 @@ func validate(cfg appConfig, regs []registration) error {
 			if len(s.partitions) == 0 {
 				add(name, "no partition named")
 			}
-			if ps := slices.Sorted(slices.Values(s.partitions)); len(slices.Compact(ps)) < len(s.partitions) {
-				add(name, "a partition is named twice")
+			ps := slices.Sorted(slices.Values(s.partitions))
+			for i := 1; i < len(ps); i++ {
+				if ps[i] == ps[i-1] && (i == 1 || ps[i-2] != ps[i]) {
+					add(name, "partition %d is named twice", ps[i])
+				}
 			}
-			if slices.Min(append([]int32{0}, s.partitions...)) < 0 {
-				add(name, "negative partition")
+			if len(ps) > 0 && ps[0] < 0 {
+				add(name, "need partitions of 0 or more, got %d", ps[0])
 			}
 			if s.mode.kind == modeTracked && group == "" {
 				add(name+".Group", "the Tracked mode on manual partitions commits into a group: name one with Group")
