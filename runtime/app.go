@@ -264,7 +264,8 @@ func (a *App) checkTopics(ctx context.Context) error {
 	)
 	for _, c := range a.consumers {
 		if dl := c.cfg.deadLetter; dl != "" && c.sub.kind == subPattern && c.consumesByPattern(dl) {
-			errs = append(errs, configErr(c.sub.String()+": DeadLetter", "the pattern matches the dead-letter topic %q: every dead letter would be read again (exclude it with the pattern or kgo.ConsumeExcludeTopics)", dl))
+			errs = append(errs, configErr(c.sub.String()+": DeadLetter", "the pattern matches the dead-letter topic %q: "+
+				"every dead letter would be read again (exclude it with the pattern or kgo.ConsumeExcludeTopics)", dl))
 		}
 	}
 	for _, c := range a.consumers {

@@ -133,7 +133,8 @@ func (c *consumer) conclude(it *item, ev SettledEvent, err error, ctx context.Co
 		// commits past it (DESIGN §3.7).
 		ev.Err = cause
 		c.retryInPlace(it, ev)
-	case it.win != nil && (kind == kindRetry || pubs.failed.Load() != nil) && c.retryAbortsWindow(it, ev, pubs, cause, after):
+	case it.win != nil && (kind == kindRetry || pubs.failed.Load() != nil) &&
+		c.retryAbortsWindow(it, ev, pubs, cause, after):
 	default:
 		c.resolve(it, ev, kind, cause, after)
 	}
