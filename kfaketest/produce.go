@@ -57,7 +57,13 @@ func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ..
 // returns them with their offsets.
 func (c *Cluster) ProduceValues(t testing.TB, topic string, partition int32, values ...string) []*kgo.Record {
 	t.Helper()
-	return c.ProduceTo(t, partition, valueRecords(topic, values)...)
+	ctx, cancel := opCtx(t)
+	defer cancel()
+	out, err := c.ProduceValuesContext(ctx, topic, partition, values...)
+	if err != nil {
+		t.Fatalf("kfaketest: ProduceValues: %v", err)
+	}
+	return out
 }
 
 // ProduceValuesContext is ProduceValues for programs.

@@ -129,6 +129,12 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.Handle(a, runtime.Partitions("t", 0, 0, -1), ack, runtime.RetryToSource())
 			},
 			[]string{`Partitions("t", [0 0 -1])`, `Partitions("t", [0 0 -1])`}},
+		{"sizes past their bounds (a typo of a few zeros)", []runtime.Option{brokers, runtime.DefaultGroup("g"), runtime.MaxPollRecords(1 << 21)},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t"), ack, runtime.Workers(1<<17), runtime.MaxInFlightPerPartition(1<<21))
+				runtime.HandleBatch(a, runtime.Topic("u"), 1<<21, runtime.BatchAll(nil))
+			},
+			[]string{"MaxPollRecords", `Topic("t"): Workers`, `Topic("t"): MaxInFlightPerPartition`, `Topic("u"): HandleBatch`}},
 		{"every problem at once", []runtime.Option{runtime.MaxPollRecords(-1)},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.Workers(-2)) },
 			[]string{"Brokers", "MaxPollRecords", `Topic("t"): Workers`, `Topic("t").Group`}},

@@ -178,7 +178,12 @@ func (d *dispatcher) push(fs kgo.Fetches, n int) ([]DeliveredEvent, bool, error)
 			m, ev, err = d.pushPart(p.Topic, p.Partition, chunk)
 			moved = moved || m
 		}
-		ev.Records = len(p.Records)
+		ev.Records = 0
+		for _, r := range p.Records {
+			if !r.Attrs.IsControl() {
+				ev.Records++
+			}
+		}
 		events = append(events, ev)
 	})
 	return events, moved, err

@@ -47,5 +47,6 @@
 // ConsumerGroup, ConsumeTopics (and ConsumeRegex), AutoCommitMarks, BlockRebalanceOnPoll,
 // OnPartitionsAssigned, OnPartitionsRevoked, OnPartitionsLost, AutoCommitCallback,
 // KeepControlRecords, ConsumeStartOffset, ConsumeResetOffset and InstanceID. The isolation level
-// (read_committed) is set before the user's options, so they can override it.
+// (read_committed) is set before the user's options, so they can override it, except in the
+// Transactional mode, which always reads read_committed.
 package runtime

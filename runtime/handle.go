@@ -61,7 +61,7 @@ func Handle(app *App, sub Subscription, h Handler, opts ...HandleOption) {
 }
 
 // Workers sets how many lanes (goroutines) call the handler at once, overriding the default 1. It
-// must be at least 1.
+// must be 1 to 65,536; Start fails with a *ConfigError naming Workers otherwise.
 func Workers(n int) HandleOption { return handleOption(func(c *handleConfig) { c.workers = n }) }
 
 // An Ordering says which records must be handled one at a time, in offset order (DESIGN §3.6). It
@@ -94,7 +94,8 @@ func (o Ordering) String() string {
 }
 
 // MaxInFlightPerPartition bounds the records one partition may hold in the runtime (queued,
-// running, waiting for a retry), overriding the default 1024. A partition at the bound is paused
+// running, waiting for a retry), overriding the default 1024; 1 to 1,048,576 (a *ConfigError at
+// Start otherwise). A partition at the bound is paused
 // and resumed once it has drained to half (DESIGN §3.6). Under Auto and Tracked, records polled
 // beyond the bound wait in the partition's backlog (at most about a bound plus one fetch) and the
 // poll loop holds off while that backlog is a full bound; under Transactional one poll can exceed

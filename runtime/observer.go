@@ -74,7 +74,7 @@ type DeliveredEvent struct {
 	Group     string
 	Topic     string
 	Partition int32
-	Records   int // records this poll handed over for the partition
+	Records   int // records this poll handed over for the partition, transaction markers excepted
 	InFlight  int // records the partition holds after it
 }
 
@@ -84,9 +84,11 @@ type SettledEvent struct {
 	Topic      string
 	Partition  int32
 	Offset     int64
-	Generation uint64
-	Attempt    int
-	Outcome    Outcome
+	Generation uint64 // the runtime's assignment generation of the partition (Delivery.Generation)
+	// Attempt is the delivery's number (Delivery.Attempt, from 1); 0 for a record settled
+	// without its handler (a transaction marker, another group's retry copy).
+	Attempt int
+	Outcome Outcome
 	// Reason says, for OutcomeDeadLetter, what sent the record there: OutcomeDrop,
 	// OutcomeDecodeFailure, OutcomeSpent (MaxAttempts reached) or OutcomeRetry (a failure with
 	// only DeadLetter declared). 0 otherwise.

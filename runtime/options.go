@@ -56,7 +56,8 @@ func DefaultGroup(group string) Option {
 // dialer), timeouts, fetch sizes. Options each commit mode owns (AutoCommitMarks,
 // BlockRebalanceOnPoll, the OnPartitions* callbacks, KeepControlRecords, ConsumerGroup,
 // ConsumeTopics) are applied after these and win; the isolation level (read_committed by default)
-// is applied before them, so it can be overridden (DESIGN §3.10).
+// is applied before them, so it can be overridden, except by a Transactional subscription, which
+// always reads read_committed (DESIGN §3.10).
 func ClientOpts(opts ...kgo.Opt) Option {
 	return appOption(func(c *appConfig) { c.clientOpts = append(c.clientOpts, opts...) })
 }
@@ -97,7 +98,7 @@ func InstanceID(id string) Option {
 }
 
 // MaxPollRecords bounds how many records the poll loop queues under one hold of the dispatcher's
-// lock, overriding the default 500. Under Auto and Tracked a poll takes everything franz-go has
+// lock, overriding the default 500; 1 to 1,048,576 (a *ConfigError at Start otherwise). Under Auto and Tracked a poll takes everything franz-go has
 // buffered (so it fetches the next at once) and queues it in pieces of this many; under
 // Transactional it is how many records one poll takes, and a partition's held records can exceed
 // MaxInFlightPerPartition by at most this many (DESIGN §3.6, docs/consumer-internals.md).

@@ -8,6 +8,14 @@ import (
 	"strings"
 )
 
+// Upper bounds of sizes, so that a typo (a few zeros too many) fails Start instead of allocating
+// gigabytes: lanes are goroutines, and the per-partition bound, MaxPollRecords and a batch size
+// size a tracker ring (24 bytes a slot, per partition) or a lane's buffer (8 bytes a record).
+const (
+	maxWorkers = 1 << 16 // lanes per subscription
+	maxRecords = 1 << 20 // MaxInFlightPerPartition, MaxPollRecords, a HandleBatch size
+)
+
 // validate checks every option before any I/O and returns all problems joined, each a *ConfigError
 // naming its option (DESIGN §3.10).
 func validate(cfg appConfig, regs []registration) error {
@@ -23,8 +31,8 @@ func validate(cfg appConfig, regs []registration) error {
 	if cfg.observer == nil {
 		add("Observe", "nil observer: leave the option out for none")
 	}
-	if cfg.maxPollRecords < 1 {
-		add("MaxPollRecords", "need at least 1, got %d", cfg.maxPollRecords)
+	if cfg.maxPollRecords < 1 || cfg.maxPollRecords > maxRecords {
+		add("MaxPollRecords", "need 1 to %d, got %d", maxRecords, cfg.maxPollRecords)
 	}
 	if cfg.shutdownTimeout <= 0 {
 		add("ShutdownTimeout", "need a positive duration, got %s", cfg.shutdownTimeout)
@@ -55,8 +63,8 @@ func validate(cfg appConfig, regs []registration) error {
 			group = cfg.defaultGroup
 		}
 		switch {
-		case r.isBatch && r.batchN < 1:
-			add(name+": HandleBatch", "need a batch size of at least 1, got %d", r.batchN)
+		case r.isBatch && (r.batchN < 1 || r.batchN > maxRecords):
+			add(name+": HandleBatch", "need a batch size of 1 to %d, got %d", maxRecords, r.batchN)
 		case r.isBatch && r.batch == nil:
 			add(name+": HandleBatch", "nil batch handler")
 		case r.isBatch && r.cfg.replyTopic != "":
@@ -101,11 +109,11 @@ func validate(cfg appConfig, regs []registration) error {
 		if s.kind == subPartitions && r.cfg.retryTo != "" {
 			add(name+": RetryTo", "a manual-partition subscription cannot consume another topic: use RetryToSource()")
 		}
-		if r.cfg.workers < 1 {
-			add(name+": Workers", "need at least 1 lane, got %d", r.cfg.workers)
+		if r.cfg.workers < 1 || r.cfg.workers > maxWorkers {
+			add(name+": Workers", "need 1 to %d lanes, got %d", maxWorkers, r.cfg.workers)
 		}
-		if r.cfg.maxInFlightPerPart < 1 {
-			add(name+": MaxInFlightPerPartition", "need at least 1, got %d", r.cfg.maxInFlightPerPart)
+		if r.cfg.maxInFlightPerPart < 1 || r.cfg.maxInFlightPerPart > maxRecords {
+			add(name+": MaxInFlightPerPartition", "need 1 to %d, got %d", maxRecords, r.cfg.maxInFlightPerPart)
 		}
 		if r.cfg.maxInFlight < 0 {
 			add(name+": MaxInFlight", "need 0 (no bound) or more, got %d", r.cfg.maxInFlight)

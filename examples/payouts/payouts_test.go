@@ -239,3 +239,13 @@ func header(r *kgo.Record, key string) string {
 	}
 	return ""
 }
+
+// A -timeout that is not positive is refused before anything starts, with an error naming it.
+func TestDemoRefusesANonPositiveTimeout(t *testing.T) {
+	for _, d := range []time.Duration{0, -5 * time.Second} {
+		var out bytes.Buffer
+		_, err := run(context.Background(), config{timeout: d, workers: 8}, &out)
+		require.EqualError(t, err, "-timeout must be positive, got "+d.String())
+		require.Empty(t, out.String())
+	}
+}

@@ -47,6 +47,9 @@ var outputs = []string{"payouts.done", "payouts.dlq"}
 // says what went wrong (the timeout, a failed start, a shutdown that did not finish); the summary
 // then says how far the run got.
 func run(ctx context.Context, cfg config, stdout io.Writer) (Summary, error) {
+	if cfg.timeout <= 0 {
+		return newSummary(), fmt.Errorf("-timeout must be positive, got %s", cfg.timeout)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	if cfg.logger == nil {
