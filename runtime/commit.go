@@ -146,8 +146,18 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 		return nil
 	}
 	marked := c.cl.MarkedOffsets()
-	if err := c.cl.CommitMarkedOffsets(ctx); err != nil {
-		return err
+	// franz-go waits for the autocommits before this one without looking at ctx
+	// (commitOffsetsSync), and against brokers that stopped answering they retry for minutes: wait
+	// here for ctx at most. The commit goes on, and ends at the latest when the client closes.
+	done := make(chan error, 1)
+	go func() { done <- c.cl.CommitMarkedOffsets(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 	for t, ps := range marked {
 		for p, eo := range ps {
