@@ -11,8 +11,13 @@ import (
 // ring.
 var ErrFull = errors.New("tracker: partition ring full")
 
+// ErrOffset is returned by [Partition.Deliver] for an offset no Kafka record can have: negative, or
+// math.MaxInt64 (its watermark, offset + 1, would overflow). Nothing is recorded.
+var ErrOffset = errors.New("tracker: invalid offset")
+
 // A Delivery is the token of one delivered offset, returned by [Partition.Deliver] and handed back
-// to [Partition.Complete] of the same Partition when the record is settled. It is a small comparable
+// to [Partition.Complete] of the same Partition when the record is settled (a Partition cannot
+// always tell another's tokens from its own: see Complete). It is a small comparable
 // value, safe to copy and to pass between goroutines. The zero Delivery is invalid: completing it
 // returns [Stale].
 type Delivery struct {

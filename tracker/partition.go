@@ -1,6 +1,9 @@
 package tracker
 
-import "sync/atomic"
+import (
+	"math"
+	"sync/atomic"
+)
 
 // A Partition tracks the deliveries of one topic partition and computes its [Watermark]
 // (DESIGN §3.1). Create it with [NewPartition] or [Tracker.Partition].
@@ -63,9 +66,13 @@ func NewPartition(capacity int) *Partition {
 // received and is now in flight, and returns its token for [Partition.Complete]. An offset at or below
 // the highest delivered offset of the generation is a rewind: it starts a new generation first, as
 // Reset does. Deliver returns [ErrFull] and records nothing when the ring holds its capacity of
-// deliveries (the oldest in flight and all after it). Only the partition's deliverer may call it:
-// one goroutine at a time, serialised by the caller.
+// deliveries (the oldest in flight and all after it), and [ErrOffset] for a negative offset or
+// math.MaxInt64. Only the partition's deliverer may call it: one goroutine at a time, serialised by
+// the caller.
 func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
+	if offset < 0 || offset == math.MaxInt64 {
+		return Delivery{}, ErrOffset
+	}
 	if p.any && offset <= p.highest {
 		p.newGeneration()
 	}
@@ -91,12 +98,18 @@ func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
 // it was already completed in this generation, [Stale] if it was taken before the current generation
 // began (a Reset or a rewind), or is the zero Delivery. Only Completed changes anything. A completion
 // that races with Reset reports Completed or Stale; either way the new generation is unaffected.
+// A token of another Partition (one removed and created again, say) reports Stale when its
+// sequence number or its offset differs from this Partition's delivery; one that matches both
+// cannot be told apart, so hand each token back to the Partition that issued it.
 func (p *Partition) Complete(d Delivery) Result {
 	if d.seq == 0 {
 		return Stale
 	}
 	s := &p.ring[d.seq&p.mask]
 	w := s.word.Load()
+	if seqOf(w) == d.seq && stateOf(w) == stateInFlight && s.offset.Load() != d.offset {
+		return Stale // a token of another Partition (while in flight, a slot keeps its offset)
+	}
 	if seqOf(w) == d.seq && stateOf(w) == stateInFlight {
 		if s.word.CompareAndSwap(w, w&^stateMask|stateDone) {
 			if p.head.Load() == d.seq { // else the head is behind: whoever moves it up to here looks again

@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -81,4 +82,35 @@ func TestTrackerRemove(t *testing.T) {
 	_, ok = q.Watermark()
 	require.False(t, ok)
 	require.Equal(t, int64(5), watermark(t, p), "the removed Partition still answers its holders")
+}
+
+// A token of a removed Partition handed to the one that replaced it is Stale when its offset
+// differs, and moves nothing (DESIGN §3.1).
+func TestCompleteRefusesATokenOfAnotherPartition(t *testing.T) {
+	tr := New(4)
+	old, err := tr.Partition("t", 0).Deliver(100, 0)
+	require.NoError(t, err)
+	tr.Remove("t", 0)
+	q := tr.Partition("t", 0)
+	d50, err := q.Deliver(50, 0)
+	require.NoError(t, err)
+	_, err = q.Deliver(51, 0)
+	require.NoError(t, err)
+	require.Equal(t, Stale, q.Complete(old), "same sequence number, another offset")
+	require.Equal(t, int64(50), watermark(t, q), "50 is still in flight")
+	require.Equal(t, Completed, q.Complete(d50))
+	require.Equal(t, int64(51), watermark(t, q))
+}
+
+// Offsets no Kafka record can have are refused and record nothing.
+func TestDeliverRefusesImpossibleOffsets(t *testing.T) {
+	p := NewPartition(4)
+	for _, off := range []int64{-1, -5, math.MaxInt64} {
+		d, err := p.Deliver(off, 0)
+		require.ErrorIs(t, err, ErrOffset, "offset %d", off)
+		require.Equal(t, Delivery{}, d)
+	}
+	require.Equal(t, 0, p.InFlight())
+	_, err := p.Deliver(0, 0)
+	require.NoError(t, err)
 }
