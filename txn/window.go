@@ -10,6 +10,9 @@ import (
 // ending or has ended, so nothing more may be produced into it.
 var ErrClosed = errors.New("tidemark: transaction window closed")
 
+// ErrAborted is the reason of a window aborted with a nil reason.
+var ErrAborted = errors.New("tidemark: transaction window aborted")
+
 // A Window is one transaction's records: how many are not done yet, whether it was aborted and
 // why, and a guard that keeps produces out of it once it is closed. The zero value is not usable;
 // create one with New. All methods are safe from any goroutine.
@@ -36,20 +39,28 @@ func New(parent context.Context) *Window {
 // Context returns the window's context: the handlers' ctx, cancelled when the window aborts.
 func (w *Window) Context() context.Context { return w.ctx }
 
-// Add counts n more records into the window. It panics if the window is sealed.
+// Add counts n more records into the window. It panics if the window is sealed, or if n would
+// make the count negative (as sync.WaitGroup does: a count that hides records is a bug).
 func (w *Window) Add(n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.sealed {
 		panic("txn: Add on a sealed window")
 	}
+	if w.pending+n < 0 {
+		panic("txn: negative window count")
+	}
 	w.pending += n
 }
 
-// Done marks one record of the window done (settled with its outputs produced, or dropped).
+// Done marks one record of the window done (settled with its outputs produced, or dropped). It
+// panics if no record is pending.
 func (w *Window) Done() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.pending == 0 {
+		panic("txn: Done with no record pending")
+	}
 	w.pending--
 	w.maybeIdle()
 }
@@ -70,7 +81,7 @@ func (w *Window) Seal() {
 }
 
 func (w *Window) maybeIdle() {
-	if w.sealed && w.pending <= 0 {
+	if w.sealed && w.pending == 0 {
 		select {
 		case <-w.idle:
 		default:
@@ -80,20 +91,32 @@ func (w *Window) maybeIdle() {
 }
 
 // Wait returns nil once the window is sealed and every record is done, the abort reason once it
-// is aborted, or ctx's error.
+// is aborted, the cause of New's parent ctx once that ends first, or ctx's error.
 func (w *Window) Wait(ctx context.Context) error {
 	select {
 	case <-w.idle:
 		return w.Aborted()
 	case <-w.ctx.Done():
-		return w.Aborted()
+		if err := w.Aborted(); err != nil {
+			return err
+		}
+		select {
+		case <-w.idle:
+			return nil
+		default:
+			return context.Cause(w.ctx) // the parent ended: the window is not done
+		}
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
 }
 
-// Abort marks the window aborted for reason (the first reason wins) and cancels its context.
+// Abort marks the window aborted for reason (the first reason wins; nil is taken as ErrAborted)
+// and cancels its context.
 func (w *Window) Abort(reason error) {
+	if reason == nil {
+		reason = ErrAborted
+	}
 	w.mu.Lock()
 	if w.aborted == nil {
 		w.aborted = reason

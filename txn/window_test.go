@@ -46,3 +46,37 @@ func TestAbortCancelsAndCloseRefusesProduces(t *testing.T) {
 	require.ErrorIs(t, w.Produce(func() { ran = true }), ErrClosed)
 	require.False(t, ran)
 }
+
+// Abort with a nil reason still aborts: Wait and Aborted report ErrAborted, never success.
+func TestAbortWithANilReasonIsAnAbort(t *testing.T) {
+	w := New(context.Background())
+	w.Add(2)
+	w.Abort(nil)
+	w.Seal()
+	require.ErrorIs(t, w.Aborted(), ErrAborted)
+	require.ErrorIs(t, w.Wait(context.Background()), ErrAborted)
+}
+
+// When New's parent ends before the window is done, Wait returns its cause, not success.
+func TestWaitReportsTheParentsEnd(t *testing.T) {
+	parent, cancel := context.WithCancelCause(context.Background())
+	w := New(parent)
+	w.Add(1)
+	w.Seal()
+	stop := errors.New("stopping")
+	cancel(stop)
+	require.ErrorIs(t, w.Wait(context.Background()), stop)
+	require.NoError(t, w.Aborted())
+}
+
+// More Done calls than records, or a negative Add, would hide a later record: they panic, as
+// sync.WaitGroup does.
+func TestAnUnbalancedCountPanics(t *testing.T) {
+	w := New(context.Background())
+	require.PanicsWithValue(t, "txn: Done with no record pending", w.Done)
+	require.PanicsWithValue(t, "txn: negative window count", func() { w.Add(-1) })
+	w.Add(1)
+	w.Done()
+	w.Seal()
+	require.NoError(t, w.Wait(context.Background()))
+}
