@@ -10,8 +10,9 @@ func Cut[T any](queue []T, n int) (take, rest []T) {
 // Align fits a batch handler's results to a batch of size elements. It returns one entry per
 // element: results[i] where the handler gave one, and uncovered for every element past the end of a
 // short result. short counts the uncovered elements; extra counts the entries past size, which are
-// ignored.
+// ignored. A negative size is taken as 0.
 func Align(results []error, size int, uncovered error) (aligned []error, short, extra int) {
+	size = max(size, 0)
 	aligned = make([]error, size)
 	n := copy(aligned, results)
 	for i := n; i < size; i++ {

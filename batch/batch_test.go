@@ -45,3 +45,11 @@ func TestAlignFitsResultsToTheBatch(t *testing.T) {
 	require.Equal(t, 2, short)
 	require.Equal(t, 0, extra)
 }
+
+// A negative size is an empty batch: every result is extra, nothing panics.
+func TestAlignTakesANegativeSizeAsEmpty(t *testing.T) {
+	aligned, short, extra := Align([]error{nil, nil}, -1, errors.New("uncovered"))
+	require.Empty(t, aligned)
+	require.Equal(t, 0, short)
+	require.Equal(t, 2, extra)
+}

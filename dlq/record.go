@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tidemark-io/tidemark/retry"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,13 +22,15 @@ const (
 	AttemptsHeader  = "x-tidemark-dlq-attempts"
 )
 
-// MaxErrorBytes bounds ErrorHeader's value: longer error texts are truncated to it.
+// MaxErrorBytes bounds ErrorHeader's value: longer error texts are truncated to it, at a character
+// boundary, so the value stays valid UTF-8.
 const MaxErrorBytes = 1024
 
 // Record returns the dead-letter record of r for topic: a retry copy of r (retry.Copy with no
 // group and no delay, so any group may consume it; its retry count is attempts) plus the
 // provenance headers, naming group, the handler's error cause (nil allowed) and how many
-// deliveries r had (attempts). Partition is left for the producer's partitioner.
+// deliveries r had (attempts, at least 1; a smaller value is taken as 1). Partition is left for the
+// producer's partitioner.
 func Record(r *kgo.Record, topic, group string, attempts int, cause error) *kgo.Record {
 	o := retry.OriginOf(r)
 	d := retry.Copy(r, "", attempts, time.Time{})
@@ -44,8 +47,13 @@ func Record(r *kgo.Record, topic, group string, attempts int, cause error) *kgo.
 		msg = cause.Error()
 	}
 	if len(msg) > MaxErrorBytes {
-		msg = msg[:MaxErrorBytes]
+		cut := MaxErrorBytes
+		for cut > 0 && !utf8.RuneStart(msg[cut]) { // never in the middle of a character
+			cut--
+		}
+		msg = msg[:cut]
 	}
+	attempts = max(attempts, 1)
 	d.Headers = append(d.Headers,
 		kgo.RecordHeader{Key: TopicHeader, Value: []byte(o.Topic)},
 		kgo.RecordHeader{Key: PartitionHeader, Value: strconv.AppendInt(nil, int64(o.Partition), 10)},

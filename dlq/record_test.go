@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/retry"
@@ -64,4 +65,17 @@ func TestRecordOfADeadLetterRecordKeepsOneProvenance(t *testing.T) {
 	}
 	require.Equal(t, []string{"second"}, values(twice, ErrorHeader))
 	require.Equal(t, []string{"3"}, values(twice, OffsetHeader), "still the original's offset")
+}
+
+// A long error text is cut at a character boundary, so the header stays valid UTF-8; attempts
+// below 1 are taken as 1 in both counts.
+func TestRecordKeepsItsHeadersValid(t *testing.T) {
+	r := &kgo.Record{Topic: "t"}
+	long := errors.New(strings.Repeat("é", 1000)) // 2 bytes each: 1,024 falls between two
+	got := values(Record(r, "dlq", "g", 1, long), ErrorHeader)[0]
+	require.True(t, utf8.ValidString(got))
+	require.Equal(t, strings.Repeat("é", MaxErrorBytes/2), got)
+	d := Record(r, "dlq", "g", -3, nil)
+	require.Equal(t, []string{"1"}, values(d, AttemptsHeader))
+	require.Equal(t, []string{"1"}, values(d, retry.CountHeader))
 }

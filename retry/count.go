@@ -11,8 +11,13 @@ import (
 // §3.3, docs/design.md "Departures"). The original record has none.
 const CountHeader = "x-tidemark-retry-count"
 
+// MaxCount caps the retry count Count reads (math.MaxInt32), so that an attempt number computed
+// from it (count + 1, plus retries) cannot overflow.
+const MaxCount = 1<<31 - 1
+
 // Count returns the retry count carried by r's CountHeader: 0 when the header is missing, malformed
-// or negative. When the header appears more than once the last one counts.
+// or negative, MaxCount when it is larger. When the header appears more than once the last one
+// counts.
 func Count(r *kgo.Record) int {
 	n := 0
 	for _, h := range r.Headers {
@@ -24,7 +29,7 @@ func Count(r *kgo.Record) int {
 			n = 0
 			continue
 		}
-		n = v
+		n = min(v, MaxCount)
 	}
 	return n
 }

@@ -70,3 +70,9 @@ func TestCopyCountIsTheFailedDelivery(t *testing.T) {
 	require.Equal(t, []string{"1"}, headerValues(Copy(orig, "g", 0, time.Time{}), CountHeader))
 	require.Equal(t, 1, Count(Copy(orig, "g", -2, time.Time{})))
 }
+
+// A retry count past MaxCount reads as MaxCount: an attempt number built from it cannot overflow.
+func TestCountIsCapped(t *testing.T) {
+	r := &kgo.Record{Headers: []kgo.RecordHeader{{Key: CountHeader, Value: []byte("9223372036854775807")}}}
+	require.Equal(t, MaxCount, Count(r))
+}

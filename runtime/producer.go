@@ -46,7 +46,9 @@ type producer struct {
 // is sent it is not cancelled (an idempotent producer cannot know whether the broker wrote it), so
 // Publish may return after ctx ends. QueueTimeout bounds the wait for buffer space (ErrQueueFull).
 // Errors wrap franz-go's (errors.Is works); after Shutdown has closed the producer it returns
-// ErrClosed; a nil r is an error.
+// ErrClosed; a nil r is an error. Publish works before Start too (to seed a topic, say): it opens
+// the producer, which a failed Start or Shutdown closes, so call Shutdown even on an App that never
+// started.
 func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
 	if r == nil {
 		return errNilRecord
