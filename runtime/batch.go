@@ -24,10 +24,11 @@ type BatchHandlerFunc func(ctx context.Context, ds []*Delivery) []error
 // HandleBatch calls f(ctx, ds).
 func (f BatchHandlerFunc) HandleBatch(ctx context.Context, ds []*Delivery) []error { return f(ctx, ds) }
 
-// HandleBatch registers h for batches of at most n records of sub (1 to 1,048,576). A lane takes one ready
-// record plus the records already ready behind it in the same unit of order — the partition under
-// ByPartition, the key under ByKey, any partition under Unordered — never more than n, never
-// empty, and never waits for more (DESIGN §3.5). Like Handle it only records; Start validates.
+// HandleBatch registers h for batches of at most n records of sub (1 to 1,048,576). A lane takes
+// one ready record plus the records already ready behind it in the same unit of order — the
+// partition under ByPartition, the key under ByKey, any partition under Unordered — never more
+// than n, never empty, and never waits for more (DESIGN §3.5). Like Handle it only records; Start
+// validates.
 func HandleBatch(app *App, sub Subscription, n int, h BatchHandler, opts ...HandleOption) {
 	cfg := defaultHandleConfig()
 	for _, o := range opts {

@@ -95,8 +95,8 @@ func (o Ordering) String() string {
 
 // MaxInFlightPerPartition bounds the records one partition may hold in the runtime (queued,
 // running, waiting for a retry), overriding the default 1024; 1 to 1,048,576 (a *ConfigError at
-// Start otherwise). A partition at the bound is paused
-// and resumed once it has drained to half (DESIGN §3.6). Under Auto and Tracked, records polled
+// Start otherwise). A partition at the bound is paused and resumed once it has drained to half
+// (DESIGN §3.6). Under Auto and Tracked, records polled
 // beyond the bound wait in the partition's backlog (at most about a bound plus one fetch) and the
 // poll loop holds off while that backlog is a full bound; under Transactional one poll can exceed
 // the bound by at most MaxPollRecords. A pause becomes franz-go's PauseFetchPartitions only once

@@ -98,10 +98,11 @@ func InstanceID(id string) Option {
 }
 
 // MaxPollRecords bounds how many records the poll loop queues under one hold of the dispatcher's
-// lock, overriding the default 500; 1 to 1,048,576 (a *ConfigError at Start otherwise). Under Auto and Tracked a poll takes everything franz-go has
-// buffered (so it fetches the next at once) and queues it in pieces of this many; under
-// Transactional it is how many records one poll takes, and a partition's held records can exceed
-// MaxInFlightPerPartition by at most this many (DESIGN §3.6, docs/consumer-internals.md).
+// lock, overriding the default 500; 1 to 1,048,576 (a *ConfigError at Start otherwise). Under Auto
+// and Tracked a poll takes everything franz-go has buffered (so it fetches the next at once) and
+// queues it in pieces of this many; under Transactional it is how many records one poll takes, and
+// a partition's held records can exceed MaxInFlightPerPartition by at most this many (DESIGN §3.6,
+// docs/consumer-internals.md).
 func MaxPollRecords(n int) Option {
 	return appOption(func(c *appConfig) { c.maxPollRecords = n })
 }
