@@ -80,10 +80,8 @@ func startGated(t *testing.T, c *kfaketest.Cluster, mode runtime.CommitMode, opt
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(mode),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
 			for _, ch := range all {
-				select {
-				case <-ch:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := await(ctx, ch); err != nil {
+					return err
 				}
 			}
 			log.add(d.Record())
@@ -156,10 +154,8 @@ func TestBacklogDroppedAtRevokeIsReadByTheNextOwner(t *testing.T) {
 					return nil
 				}
 				for _, ch := range append(full, watch.revoked) {
-					select {
-					case <-ch:
-					case <-ctx.Done():
-						return ctx.Err()
+					if err := await(ctx, ch); err != nil {
+						return err
 					}
 				}
 				return nil

@@ -31,10 +31,8 @@ func TestMaxInFlightPausesEveryPartition(t *testing.T) {
 	app := runtime.New(appOpts(c, runtime.Observe(obs), runtime.MaxPollRecords(5))...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := await(ctx, release); err != nil {
+				return err
 			}
 			s.add(string(d.Record().Value), d.Attempt())
 			return nil
@@ -148,10 +146,8 @@ func TestAStuckRecordPausesItsPartitionInsteadOfFillingTheTracker(t *testing.T) 
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
 			if d.Record().Offset == 0 {
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := await(ctx, release); err != nil {
+					return err
 				}
 			}
 			s.add(string(d.Record().Value), d.Attempt())
@@ -184,10 +180,8 @@ func TestInFlightEventsShowAStalledPartition(t *testing.T) {
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
 			if string(d.Record().Value) == "stuck" {
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := await(ctx, release); err != nil {
+					return err
 				}
 			}
 			return nil

@@ -96,10 +96,8 @@ func TestUnorderedLanesPassABlockedRecord(t *testing.T) {
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
 			if d.Record().Offset == 0 {
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := await(ctx, release); err != nil {
+					return err
 				}
 			}
 			s.add(string(d.Record().Value), d.Attempt())

@@ -151,3 +151,14 @@ func (o *observer) outcomes(out runtime.Outcome) []runtime.SettledEvent {
 	}
 	return r
 }
+
+// await waits in a handler for ch, or for its ctx to end (the test failed, or a bound passed): then
+// it returns ctx's error, for the handler to return.
+func await(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -213,10 +213,8 @@ func TestTakeRetryInTheMiddleKeepsKeyOrder(t *testing.T) {
 			atts[off] = append(atts[off], d.Attempt())
 			mu.Unlock()
 			if off < 4 && d.Attempt() == 1 { // every key's first take is cut from a full queue
-				select {
-				case <-all:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := await(ctx, all); err != nil {
+					return err
 				}
 			}
 			if d.Attempt() <= fails[off] {
@@ -370,17 +368,13 @@ func TestTakeShutdownInTheMiddleLosesNothing(t *testing.T) {
 			first.add(d)
 			switch d.Record().Offset {
 			case 0:
-				select {
-				case <-all:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := await(ctx, all); err != nil {
+					return err
 				}
 			case 70: // in the second take
 				close(started)
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := await(ctx, release); err != nil {
+					return err
 				}
 			}
 			return nil
@@ -431,10 +425,8 @@ func TestTakePanicInTheMiddleCommitsNothingBehindIt(t *testing.T) {
 					s.add(string(d.Record().Value), d.Attempt())
 					switch d.Record().Offset {
 					case 0:
-						select {
-						case <-all:
-						case <-ctx.Done():
-							return ctx.Err()
+						if err := await(ctx, all); err != nil {
+							return err
 						}
 					case 5:
 						panic("bad record")

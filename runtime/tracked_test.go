@@ -29,10 +29,8 @@ func TestTrackedCommitsLowestInFlightWhileLaterKeysFinish(t *testing.T) {
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
 			if d.Record().Offset == 3 {
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := await(ctx, release); err != nil {
+					return err
 				}
 			}
 			done.add(string(d.Record().Value), d.Attempt())
@@ -234,10 +232,8 @@ func TestBackpressurePausesAFullPartition(t *testing.T) {
 	app := runtime.New(appOpts(c, runtime.Observe(obs), runtime.MaxPollRecords(50))...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := await(ctx, release); err != nil {
+				return err
 			}
 			s.add(string(d.Record().Value), d.Attempt())
 			return nil
