@@ -33,6 +33,7 @@ const MaxErrorBytes = 1024
 // producer's partitioner.
 func Record(r *kgo.Record, topic, group string, attempts int, cause error) *kgo.Record {
 	o := retry.OriginOf(r)
+	attempts = max(attempts, 1)
 	d := retry.Copy(r, "", attempts, time.Time{})
 	d.Topic = topic
 	d.Headers = slices.DeleteFunc(d.Headers, func(h kgo.RecordHeader) bool { // each header once
@@ -53,7 +54,6 @@ func Record(r *kgo.Record, topic, group string, attempts int, cause error) *kgo.
 		}
 		msg = msg[:cut]
 	}
-	attempts = max(attempts, 1)
 	d.Headers = append(d.Headers,
 		kgo.RecordHeader{Key: TopicHeader, Value: []byte(o.Topic)},
 		kgo.RecordHeader{Key: PartitionHeader, Value: strconv.AppendInt(nil, int64(o.Partition), 10)},

@@ -107,10 +107,10 @@ func (p *Partition) Complete(d Delivery) Result {
 	}
 	s := &p.ring[d.seq&p.mask]
 	w := s.word.Load()
-	if seqOf(w) == d.seq && stateOf(w) == stateInFlight && s.offset.Load() != d.offset {
-		return Stale // a token of another Partition (while in flight, a slot keeps its offset)
-	}
 	if seqOf(w) == d.seq && stateOf(w) == stateInFlight {
+		if s.offset.Load() != d.offset {
+			return Stale // a token of another Partition (while in flight, a slot keeps its offset)
+		}
 		if s.word.CompareAndSwap(w, w&^stateMask|stateDone) {
 			if p.head.Load() == d.seq { // else the head is behind: whoever moves it up to here looks again
 				p.advance()
