@@ -123,7 +123,7 @@ func (c *consumer) handleBatch(items []*item) {
 			for i, it := range work {
 				c.abortWindow(it.win, perr)
 				evs[i].Outcome, evs[i].Err, evs[i].Duration = OutcomePanic, perr, dur
-				c.obs.Settled(evs[i])
+				c.settled(&evs[i])
 				it.act = actHold
 			}
 			c.app.fail(perr)
@@ -142,7 +142,7 @@ func (c *consumer) handleBatch(items []*item) {
 	pubs.returned(work[0].win) // before its elements settle: one's abort is not another's cause
 	for i, it := range work {
 		evs[i].Duration = dur
-		c.conclude(it, evs[i], aligned[i], ctx, &pubs)
+		c.conclude(it, &evs[i], aligned[i], ctx, &pubs)
 	}
 }
 

@@ -29,20 +29,20 @@ type registration struct {
 
 // consumer runs one subscription: one franz-go client, its poll loop, its lanes and its committer.
 type consumer struct {
-	app     *App
-	idx     int
-	sub     Subscription
-	cfg     handleConfig
-	h       Handler
-	bh      BatchHandler
-	batchN  int
-	group   string
-	tracked bool
-	txnMode bool
-	manual  bool
-	log     *slog.Logger
-	obs     Observer
-	timed   bool // the Observer wants handler durations (it is not the no-op one)
+	app      *App
+	idx      int
+	sub      Subscription
+	cfg      handleConfig
+	h        Handler
+	bh       BatchHandler
+	batchN   int
+	group    string
+	tracked  bool
+	txnMode  bool
+	manual   bool
+	log      *slog.Logger
+	obs      Observer
+	observed bool // an Observer other than the no-op one is set: it gets handler durations and SettledEvents
 
 	cl   *kgo.Client               // guarded by d.mu in the Transactional mode, where it is rebuilt
 	sess *kgo.GroupTransactSession // Transactional mode only; owned by the poll loop
@@ -91,7 +91,7 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 		wake:     make(chan struct{}, 1),
 	}
 	_, nop := c.obs.(NopObserver)
-	c.timed = !nop
+	c.observed = !nop
 	c.log = a.log.With("subscription", r.sub.String(), "group", c.group, "mode", r.sub.mode.String())
 	c.d = newDispatcher(c)
 	// The group join starts as soon as the client exists, so handler contexts must exist first.

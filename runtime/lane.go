@@ -78,26 +78,28 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		if it.foreign {
 			ev.Outcome = OutcomeForeignCopy
 		}
-		c.settle(it, ev)
+		c.settle(it, &ev)
 		return
 	}
 	ev.Attempt = retry.Count(it.rec) + int(it.inPlace) + c.txnTries(it) + 1
 	if c.txnSpent(it) { // spent in an aborted window: settled without the handler (DESIGN §3.4)
 		ev.Attempt-- // as its last delivery, the one that spent it: counted in txnTries already
-		c.resolve(it, ev, kindRetry, errSpentInWindow, 0)
+		c.resolve(it, &ev, kindRetry, errSpentInWindow, 0)
 		return
 	}
 	if d == nil {
 		d = new(Delivery)
 	}
 	d.rec, d.group, d.generation, d.attempt, d.reply = it.rec, c.group, ps.gen, ev.Attempt, nil
-	d.pubs.reset()
+	if it.win != nil { // only a Transactional window's publishes are counted
+		d.pubs.reset()
+	}
 	var start time.Time
-	if c.timed {
+	if c.observed {
 		start = time.Now()
 	}
 	perr, err := c.invoke(c.ctxOf(it), it, d)
-	if c.timed {
+	if c.observed {
 		ev.Duration = time.Since(start)
 	}
 	if perr != nil {
@@ -110,20 +112,20 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		default:
 			ev.Outcome, ev.Err = OutcomePanic, perr
 			c.abortWindow(it.win, perr)
-			c.obs.Settled(ev)
+			c.settled(&ev)
 			it.act = actHold // never committed; the App shuts down
 			c.app.fail(perr)
 			return
 		}
 	}
 	d.pubs.returned(it.win)
-	c.conclude(it, ev, err, c.ctxOf(it), &d.pubs)
+	c.conclude(it, &ev, err, c.ctxOf(it), &d.pubs)
 }
 
 // conclude settles a handled record by the error its handler (or its batch's, for its element)
 // returned. ctx is the ctx the handler ran with, pubs what the call published into a Transactional
 // window with it.
-func (c *consumer) conclude(it *item, ev SettledEvent, err error, ctx context.Context, pubs *publishes) {
+func (c *consumer) conclude(it *item, ev *SettledEvent, err error, ctx context.Context, pubs *publishes) {
 	kind, after, cause := classify(err)
 	switch {
 	case kind == kindRetry && it.win == nil && ctx.Err() != nil:
@@ -141,12 +143,19 @@ func (c *consumer) conclude(it *item, ev SettledEvent, err error, ctx context.Co
 }
 
 // settle completes a record that is done: its offset may now be committed.
-func (c *consumer) settle(it *item, ev SettledEvent) {
+func (c *consumer) settle(it *item, ev *SettledEvent) {
 	if it.ps.trk != nil && it.ps.trk.Complete(it.slot) == tracker.Completed {
 		c.kick()
 	}
-	c.obs.Settled(ev)
+	c.settled(ev)
 	it.act = actDone
+}
+
+// settled passes ev to the Observer, unless it is the no-op one (the event is not copied then).
+func (c *consumer) settled(ev *SettledEvent) {
+	if c.observed {
+		c.obs.Settled(*ev)
+	}
 }
 
 // invoke calls the handler, recovering a panic into a *PanicError.

@@ -14,7 +14,7 @@ import (
 // a DeadLetter is declared); a retry becomes a retry copy (MaxAttempts or RetryAfter), a
 // dead-letter record (spent, or DeadLetter alone), an in-place retry (Tracked, no policy), or a
 // refusal (Auto, no policy).
-func (c *consumer) resolve(it *item, ev SettledEvent, kind outcomeKind, cause error, after time.Duration) {
+func (c *consumer) resolve(it *item, ev *SettledEvent, kind outcomeKind, cause error, after time.Duration) {
 	ev.Err = cause
 	switch kind {
 	case kindAck:
@@ -67,7 +67,7 @@ func (c *consumer) resolve(it *item, ev SettledEvent, kind outcomeKind, cause er
 
 // retryCopy produces a retry copy due after RetryAfter's delay or the backoff for the attempt,
 // and completes the original once Kafka has acknowledged the copy.
-func (c *consumer) retryCopy(it *item, ev SettledEvent, after time.Duration) {
+func (c *consumer) retryCopy(it *item, ev *SettledEvent, after time.Duration) {
 	wait := after
 	if wait <= 0 {
 		wait = max(c.cfg.backoff(ev.Attempt, ev.Err), 0)
@@ -96,7 +96,7 @@ func (c *consumer) retryCopy(it *item, ev SettledEvent, after time.Duration) {
 
 // deadLetter produces the record's dead-letter copy and completes the original once Kafka has
 // acknowledged it.
-func (c *consumer) deadLetter(it *item, ev SettledEvent) {
+func (c *consumer) deadLetter(it *item, ev *SettledEvent) {
 	rec := dlq.Record(it.rec, c.cfg.deadLetter, c.group, ev.Attempt, ev.Err)
 	rec.Context = c.ctxOf(it)
 	if err := c.app.Publish(rec.Context, rec); err != nil {
@@ -110,7 +110,7 @@ func (c *consumer) deadLetter(it *item, ev SettledEvent) {
 
 // produceFailed keeps a record whose copy could not be produced in flight and handles it again in
 // place after the backoff, in every mode: never silent (DESIGN §3.3).
-func (c *consumer) produceFailed(it *item, ev SettledEvent, what string, err error) {
+func (c *consumer) produceFailed(it *item, ev *SettledEvent, what string, err error) {
 	c.log.Error("tidemark: "+what+" not produced; the record stays in flight and is handled again",
 		c.recAttrs(it, ev.Attempt, "err", err)...)
 	ev.Err = fmt.Errorf("tidemark: %s: %w", what, err)
@@ -125,11 +125,11 @@ func (c *consumer) produceFailed(it *item, ev SettledEvent, what string, err err
 
 // retryInPlace parks the record at the head of its unit and hands it to a lane again after the
 // backoff; what must stay behind it waits.
-func (c *consumer) retryInPlace(it *item, ev SettledEvent) {
+func (c *consumer) retryInPlace(it *item, ev *SettledEvent) {
 	wait := max(c.cfg.backoff(ev.Attempt, ev.Err), 0)
 	ev.Outcome = OutcomeRetry
 	c.log.Debug("tidemark: retrying in place", c.recAttrs(it, ev.Attempt, "err", ev.Err, "backoff", wait)...)
 	it.inPlace++
-	c.obs.Settled(ev)
+	c.settled(ev)
 	it.act, it.wait = actPark, wait
 }

@@ -298,7 +298,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // the attempts are spent (with DeadLetter alone: after the first), the record is settled (dead
 // letter or drop) without the handler when it is read again. It reports whether it handled the
 // delivery.
-func (c *consumer) retryAbortsWindow(it *item, ev SettledEvent, pubs *publishes, cause error, after time.Duration) bool {
+func (c *consumer) retryAbortsWindow(it *item, ev *SettledEvent, pubs *publishes, cause error, after time.Duration) bool {
 	var pubErr error
 	if p := pubs.failed.Load(); p != nil {
 		pubErr = *p
