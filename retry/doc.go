@@ -11,7 +11,8 @@
 //
 // A retry copy carries the header [CountHeader] (ASCII decimal): the deliveries the record had
 // when the copy was made, so its first delivery is attempt count + 1. The original record has
-// none. A missing or malformed header reads as 0 ([Count]).
+// none. A missing, empty or malformed header (anything but ASCII digits) reads as 0, a larger count
+// than [MaxCount] as MaxCount ([Count]).
 //
 // # Copies
 //

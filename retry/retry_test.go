@@ -41,6 +41,14 @@ func TestCountReadsTheRetryCountHeader(t *testing.T) {
 		{"malformed reads 0", h("x1"), 0},
 		{"negative reads 0", h("-3"), 0},
 		{"empty reads 0", h(""), 0},
+		{"a sign reads 0", h("+1"), 0},
+		{"a space reads 0", h(" 1"), 0},
+		{"an exponent reads 0", h("1e3"), 0},
+		{"past int64 reads MaxCount, as past MaxCount does", h("99999999999999999999"), MaxCount},
+		{"MaxCount exactly", h("2147483647"), MaxCount},
+		{"one below MaxCount", h("2147483646"), MaxCount - 1},
+		{"leading zeros", h("007"), 7},
+		{"the last header counts, even malformed", h("2", "abc"), 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { require.Equal(t, c.want, Count(c.rec)) })

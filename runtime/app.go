@@ -106,11 +106,15 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // group and received its first assignment (possibly empty), manual subscriptions have read their
 // committed offsets, and pattern subscriptions have loaded metadata. ctx bounds start-up only (60s
 // when it has no deadline); on failure everything started is stopped. Start returns ErrStarted when
-// called twice (DESIGN §3.10).
+// called twice, and ErrClosed on an App that Shutdown stopped before it started (DESIGN §3.10).
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
 	if a.state != StateNew {
+		started := a.started
 		a.mu.Unlock()
+		if !started {
+			return ErrClosed
+		}
 		return ErrStarted
 	}
 	a.state = StateStarting
@@ -320,6 +324,9 @@ func (a *App) checkTopics(ctx context.Context) error {
 // register records a Handle or HandleBatch call. Registering after Start is a programming error: it
 // panics, as http.ServeMux does for a bad pattern, rather than being silently ignored.
 func (a *App) register(r registration) {
+	if a == nil {
+		panic(fmt.Sprintf("tidemark: Handle(%s) on a nil App: make it with New", r.sub))
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.started {

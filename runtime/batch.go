@@ -38,8 +38,12 @@ func HandleBatch(app *App, sub Subscription, n int, h BatchHandler, opts ...Hand
 }
 
 // BatchAll adapts a function that returns one error for the whole batch: nil acks every element,
-// any other outcome applies to every element.
+// any other outcome applies to every element. A nil fn gives a nil BatchHandler, which Start
+// reports.
 func BatchAll(fn func(ctx context.Context, ds []*Delivery) error) BatchHandler {
+	if fn == nil {
+		return nil
+	}
 	return BatchHandlerFunc(func(ctx context.Context, ds []*Delivery) []error {
 		err := fn(ctx, ds)
 		out := make([]error, len(ds))
@@ -52,8 +56,12 @@ func BatchAll(fn func(ctx context.Context, ds []*Delivery) error) BatchHandler {
 
 // JSONBatch adapts a function of decoded values: each record's value is decoded into a T with
 // encoding/json; elements that do not decode are dropped (ErrDecode) and not passed to fn, which
-// returns one error per value it received, in order.
+// returns one error per value it received, in order. A nil fn gives a nil BatchHandler, which
+// Start reports.
 func JSONBatch[T any](fn func(ctx context.Context, vs []T) []error) BatchHandler {
+	if fn == nil {
+		return nil
+	}
 	return BatchHandlerFunc(func(ctx context.Context, ds []*Delivery) []error {
 		out := make([]error, len(ds))
 		vs := make([]T, 0, len(ds))
@@ -84,7 +92,7 @@ var errShortBatch = fmt.Errorf("tidemark: the batch handler returned no result f
 func (c *consumer) handleBatch(items []*item) {
 	work := items[:0:0]
 	for _, it := range items {
-		if it.control || it.foreign || c.txnSpent(it) {
+		if it.control || it.foreign || c.txnSpent(it) != nil {
 			c.handle(it, nil) // settled without the handler
 			continue
 		}
@@ -112,7 +120,7 @@ func (c *consumer) handleBatch(items []*item) {
 	dur := time.Since(start)
 	if perr != nil {
 		c.log.Error("tidemark: batch handler panicked", "topic", perr.Topic, "partition", perr.Partition, "offset", perr.Offset,
-			"group", c.group, "batch", len(work), "panic", fmt.Sprint(perr.Value), "stack", string(perr.Stack))
+			"batch", len(work), "panic", fmt.Sprint(perr.Value), "stack", string(perr.Stack))
 		var err error
 		switch c.cfg.panicPolicy {
 		case PanicRetry:
@@ -137,7 +145,7 @@ func (c *consumer) handleBatch(items []*item) {
 	aligned, short, extra := batch.Align(results, len(work), Retry(errShortBatch))
 	if short > 0 || extra > 0 {
 		c.log.Warn("tidemark: batch handler returned a result of the wrong length",
-			"group", c.group, "batch", len(work), "results", len(results), "retried", short, "ignored", extra)
+			"batch", len(work), "results", len(results), "retried", short, "ignored", extra)
 	}
 	pubs.returned(work[0].win) // before its elements settle: one's abort is not another's cause
 	for i, it := range work {

@@ -90,6 +90,17 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 		{"a nil handler", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), nil) },
 			[]string{`Topic("t"): Handle`}},
+		{"nil functions in handlers of every kind (they would panic on the first record)", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t"), runtime.HandlerFunc(nil))
+				runtime.Handle(a, runtime.Topic("u"), runtime.JSON[int](nil))
+				runtime.Handle(a, runtime.Topic("v"), runtime.JSONReply[int, int](nil), runtime.Reply("out"))
+				runtime.HandleBatch(a, runtime.Topic("w"), 10, runtime.BatchHandlerFunc(nil))
+				runtime.HandleBatch(a, runtime.Topic("x"), 10, runtime.JSONBatch[int](nil))
+				runtime.HandleBatch(a, runtime.Topic("y"), 10, runtime.BatchAll(nil))
+			},
+			[]string{`Topic("t"): Handle`, `Topic("u"): Handle`, `Topic("v"): Handle`, `Topic("w"): HandleBatch`,
+				`Topic("x"): HandleBatch`, `Topic("y"): HandleBatch`}},
 		{"zero MaxPollRecords", []runtime.Option{brokers, runtime.DefaultGroup("g"), runtime.MaxPollRecords(0)},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
 			[]string{"MaxPollRecords"}},
@@ -201,6 +212,22 @@ func TestFailedStartClosesAProducerOpenedByPublish(t *testing.T) {
 	require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("early")}))
 	require.Error(t, app.Start(ctx), "no subscription")
 	require.ErrorIs(t, app.Publish(ctx, &kgo.Record{Topic: "out"}), runtime.ErrClosed)
+}
+
+// An App shut down before it started stays stopped: Start and Run say it was closed (not that it
+// started), Handle on a nil App says what is nil.
+func TestStartAfterShutdownSaysClosed(t *testing.T) {
+	app := runtime.New(runtime.Brokers("127.0.0.1:1"), runtime.Logger(testLogger()))
+	runtime.Handle(app, runtime.Topic("in").Group("g"), ack)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, app.Shutdown(ctx))
+	state, _ := app.State()
+	require.Equal(t, runtime.StateStopped, state)
+	require.ErrorIs(t, app.Start(ctx), runtime.ErrClosed)
+	require.ErrorIs(t, app.Run(ctx), runtime.ErrClosed)
+	require.PanicsWithValue(t, `tidemark: Handle(Topic("in")) on a nil App: make it with New`,
+		func() { runtime.Handle(nil, runtime.Topic("in"), ack) })
 }
 
 // A Partitions subscription naming a partition its topic does not have fails Start, naming the

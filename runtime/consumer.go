@@ -64,8 +64,8 @@ type consumer struct {
 	closing   atomic.Bool    // set before the client leaves the group at shutdown
 
 	txnMu    sync.Mutex
-	txnTried map[tp]map[int64]int  // Transactional: failed deliveries per offset, across aborted windows
-	txnGone  map[tp]map[int64]bool // Transactional: offsets whose attempts were spent in an aborted window
+	txnTried map[tp]map[int64]int   // Transactional: failed deliveries per offset, across aborted windows
+	txnGone  map[tp]map[int64]error // Transactional: offsets whose attempts were spent in an aborted window, with the last failure
 
 	manualMu      sync.Mutex
 	manualPending map[tp]kgo.EpochOffset // manual partitions: moved positions not yet committed

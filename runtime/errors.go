@@ -16,7 +16,8 @@ var (
 	// log line and an Observer event and never stalls its partition (DESIGN §3.8).
 	ErrDecode = errors.New("tidemark: record could not be decoded")
 
-	// ErrClosed is returned by Publish once Shutdown has flushed and closed the App's producer.
+	// ErrClosed is returned by Publish once Shutdown has flushed and closed the App's producer, and
+	// by Start and Run on an App that Shutdown stopped before it started.
 	ErrClosed = errors.New("tidemark: app closed")
 
 	// ErrStarted is returned by Start on an App that was already started (an App starts once).

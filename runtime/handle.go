@@ -108,13 +108,14 @@ func MaxInFlightPerPartition(n int) HandleOption {
 
 // MaxInFlight bounds the records the whole subscription may hold; at the bound all its partitions
 // are paused until it has drained to half. 0 (the default) means no bound beyond the per-partition
-// one.
+// one; a negative n fails Start with a *ConfigError naming MaxInFlight.
 func MaxInFlight(n int) HandleOption {
 	return handleOption(func(c *handleConfig) { c.maxInFlight = n })
 }
 
 // Backoff sets the wait before a failed record is handled again, overriding the default of 100 ms
-// doubling to 30 s. fn receives the attempt that failed (1 for the first delivery) and its error.
+// doubling to 30 s. fn receives the attempt that failed (1 for the first delivery) and its error; a
+// negative wait counts as 0. A nil fn fails Start with a *ConfigError naming Backoff.
 func Backoff(fn func(attempt int, err error) time.Duration) HandleOption {
 	return handleOption(func(c *handleConfig) { c.backoff = fn })
 }
@@ -181,14 +182,16 @@ func RetryToSource() HandleOption {
 
 // CommitInterval sets the length of a Transactional window, overriding the default 100 ms: every
 // interval the poll loop stops polling, waits for the window's records, and ends its transaction
-// (DESIGN §3.4). Longer windows mean fewer transactions and more re-read work after an abort.
+// (DESIGN §3.4). Longer windows mean fewer transactions and more re-read work after an abort. d
+// must be positive; Start fails with a *ConfigError naming CommitInterval otherwise.
 func CommitInterval(d time.Duration) HandleOption {
 	return handleOption(func(c *handleConfig) { c.commitInterval = d })
 }
 
 // WindowTimeout bounds how long a Transactional window waits for its records before it aborts,
 // overriding the default 30 s. Keep it below franz-go's TransactionTimeout (40 s by default) and the
-// group's session timeout (DESIGN §3.4).
+// group's session timeout (DESIGN §3.4). d must be positive; Start fails with a *ConfigError
+// naming WindowTimeout otherwise.
 func WindowTimeout(d time.Duration) HandleOption {
 	return handleOption(func(c *handleConfig) { c.windowTimeout = d })
 }

@@ -22,9 +22,14 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 func (f HandlerFunc) HandleDelivery(ctx context.Context, d *Delivery) error { return f(ctx, d) }
 
 // JSON adapts a function of a decoded value to a Handler: the record's value is decoded with
-// encoding/json into a T; DeliveryFrom(ctx) gives fn the Delivery. A value that does not decode is dropped with an error wrapping ErrDecode
-// (DESIGN §3.8): the engine logs it and reports it, and the partition moves on.
+// encoding/json into a T; DeliveryFrom(ctx) gives fn the Delivery. A value that does not decode is
+// dropped with an error wrapping ErrDecode (DESIGN §3.8): the engine logs it and reports it, and
+// the partition moves on. A JSON null decodes, as encoding/json has it, to T's zero value (nil for
+// a pointer T), which fn receives. A nil fn gives a nil Handler, which Start reports.
 func JSON[T any](fn func(ctx context.Context, v T) error) Handler {
+	if fn == nil {
+		return nil
+	}
 	return HandlerFunc(func(ctx context.Context, d *Delivery) error {
 		var v T
 		if err := json.Unmarshal(d.Record().Value, &v); err != nil {
@@ -40,8 +45,11 @@ func JSON[T any](fn func(ctx context.Context, v T) error) Handler {
 // (ErrDecode); a result that does not encode is dropped too. A reply that fails to publish retries
 // the input: in place in the Tracked mode; under Auto the retry is refused, so that reply is lost
 // (logged, ErrRetryUnsupported). Start fails with a *ConfigError naming JSONReply when the
-// registration has no Reply.
+// registration has no Reply. A nil fn gives a nil Handler, which Start reports.
 func JSONReply[T, R any](fn func(ctx context.Context, v T) (R, error)) Handler {
+	if fn == nil {
+		return nil
+	}
 	return replyHandler(func(ctx context.Context, d *Delivery) error {
 		var v T
 		if err := json.Unmarshal(d.Record().Value, &v); err != nil {

@@ -82,9 +82,9 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		return
 	}
 	ev.Attempt = retry.Count(it.rec) + int(it.inPlace) + c.txnTries(it) + 1
-	if c.txnSpent(it) { // spent in an aborted window: settled without the handler (DESIGN §3.4)
+	if cause := c.txnSpent(it); cause != nil { // spent in an aborted window: settled without the handler (DESIGN §3.4)
 		ev.Attempt-- // as its last delivery, the one that spent it: counted in txnTries already
-		c.resolve(it, &ev, kindRetry, errSpentInWindow, 0)
+		c.resolve(it, &ev, kindRetry, cause, 0)
 		return
 	}
 	if d == nil {
@@ -224,7 +224,7 @@ func (c *consumer) markDone(items []*item) {
 
 func (c *consumer) recAttrs(it *item, attempt int, kv ...any) []any {
 	return append([]any{"topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset,
-		"group", c.group, "generation", it.ps.gen, "attempt", attempt}, kv...)
+		"generation", it.ps.gen, "attempt", attempt}, kv...)
 }
 
 // debugStack is the stack of the calling goroutine, for a *PanicError.

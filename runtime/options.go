@@ -62,8 +62,9 @@ func ClientOpts(opts ...kgo.Opt) Option {
 	return appOption(func(c *appConfig) { c.clientOpts = append(c.clientOpts, opts...) })
 }
 
-// Logger sets the structured logger, overriding slog.Default(). Record-level lines carry the keys
-// topic, partition, offset, group, generation and attempt.
+// Logger sets the structured logger, overriding slog.Default(); a nil l keeps slog.Default().
+// Record-level lines carry the keys subscription, group and mode, then topic, partition, offset,
+// generation and attempt.
 func Logger(l *slog.Logger) Option {
 	return appOption(func(c *appConfig) { c.logger = l })
 }
@@ -77,13 +78,15 @@ func Observe(o Observer) Option {
 
 // ShutdownTimeout bounds the Shutdown that Run performs when its ctx ends or a fatal error
 // happens, overriding the default 30s. Size it below the orchestrator's grace period (DESIGN §3.7).
+// d must be positive; Start fails with a *ConfigError naming ShutdownTimeout otherwise.
 func ShutdownTimeout(d time.Duration) Option {
 	return appOption(func(c *appConfig) { c.shutdownTimeout = d })
 }
 
 // RevokeDrainTimeout bounds how long a revoke waits for the revoked partitions' running handlers
 // before it commits what finished and cancels their contexts, overriding the default 5s. Keep it
-// below the group's rebalance timeout (DESIGN §3.7).
+// below the group's rebalance timeout (DESIGN §3.7). d must be positive; Start fails with a
+// *ConfigError naming RevokeDrainTimeout otherwise.
 func RevokeDrainTimeout(d time.Duration) Option {
 	return appOption(func(c *appConfig) { c.revokeDrainTimeout = d })
 }
@@ -119,13 +122,15 @@ func ProducerOpts(opts ...kgo.Opt) Option {
 // default 50,000 records) before it fails with ErrQueueFull. The default, 0, waits as long as the
 // publish's ctx allows. It bounds only that wait: a record already buffered or sent is not
 // cancelled by it, and with the idempotent producer a sent request is never cancelled (DESIGN §3.9).
+// A negative d fails Start with a *ConfigError naming QueueTimeout.
 func QueueTimeout(d time.Duration) Option {
 	return appOption(func(c *appConfig) { c.queueTimeout = d })
 }
 
 // FlushTimeout bounds how long Shutdown waits for produced records (replies, publishes) to reach
 // the brokers, overriding the default 30s. Records still unconfirmed then are counted by
-// App.Unflushed, and Shutdown returns an error wrapping ErrUnflushed (DESIGN §3.7).
+// App.Unflushed, and Shutdown returns an error wrapping ErrUnflushed (DESIGN §3.7). d must be
+// positive; Start fails with a *ConfigError naming FlushTimeout otherwise.
 func FlushTimeout(d time.Duration) Option {
 	return appOption(func(c *appConfig) { c.flushTimeout = d })
 }

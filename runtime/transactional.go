@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -322,7 +323,7 @@ func (c *consumer) retryAbortsWindow(it *item, ev *SettledEvent, pubs *publishes
 	key := it.ps.tp
 	c.txnMu.Lock()
 	if c.txnTried == nil {
-		c.txnTried, c.txnGone = map[tp]map[int64]int{}, map[tp]map[int64]bool{}
+		c.txnTried, c.txnGone = map[tp]map[int64]int{}, map[tp]map[int64]error{}
 	}
 	if c.txnTried[key] == nil {
 		c.txnTried[key] = map[int64]int{}
@@ -330,9 +331,9 @@ func (c *consumer) retryAbortsWindow(it *item, ev *SettledEvent, pubs *publishes
 	c.txnTried[key][it.rec.Offset]++
 	if spent {
 		if c.txnGone[key] == nil {
-			c.txnGone[key] = map[int64]bool{}
+			c.txnGone[key] = map[int64]error{}
 		}
-		c.txnGone[key][it.rec.Offset] = true
+		c.txnGone[key][it.rec.Offset] = cmp.Or(cause, errSpentInWindow)
 	}
 	c.txnMu.Unlock()
 	ev.Outcome, ev.Err = OutcomeRetry, cause
@@ -351,10 +352,11 @@ func (c *consumer) txnTries(it *item) int {
 	return c.txnTried[it.ps.tp][it.rec.Offset]
 }
 
-// txnSpent reports whether it's offset spent its attempts in an aborted window.
-func (c *consumer) txnSpent(it *item) bool {
+// txnSpent returns, when it's offset spent its attempts in an aborted window, the failure of the
+// attempt that spent them (what its handler returned, or its failed publish); nil otherwise.
+func (c *consumer) txnSpent(it *item) error {
 	if it.win == nil {
-		return false
+		return nil
 	}
 	c.txnMu.Lock()
 	defer c.txnMu.Unlock()

@@ -347,6 +347,7 @@ func TestTransactionalRetriesCountAcrossAbortsAndOnlySuccessesCommit(t *testing.
 	require.Equal(t, "7", string(dead[0].Value))
 	require.Equal(t, []string{"3"}, hv(dead[0], dlq.AttemptsHeader), "the deliveries it had")
 	require.Equal(t, []string{"3"}, hv(dead[0], retry.CountHeader))
+	require.Equal(t, []string{"always"}, hv(dead[0], dlq.ErrorHeader), "the failure of the attempt that spent it")
 }
 
 // dedupe drops repeats of an attempt number (a record read again in an aborted window for another

@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -65,18 +66,18 @@ func validate(cfg appConfig, regs []registration) error {
 		switch {
 		case r.isBatch && (r.batchN < 1 || r.batchN > maxRecords):
 			add(name+": HandleBatch", "need a batch size of 1 to %d, got %d", maxRecords, r.batchN)
-		case r.isBatch && r.batch == nil:
+		case r.isBatch && isNil(r.batch):
 			add(name+": HandleBatch", "nil batch handler")
 		case r.isBatch && r.cfg.replyTopic != "":
 			add(name+": Reply", "batch handlers publish no replies")
-		case !r.isBatch && r.handler == nil:
+		case !r.isBatch && isNil(r.handler):
 			add(name+": Handle", "nil handler")
 		}
 		_, replies := r.handler.(replyHandler)
 		if replies && r.cfg.replyTopic == "" {
 			add(name+": JSONReply", "needs Reply(topic) to name where results go")
 		}
-		if !r.isBatch && !replies && r.cfg.replyTopic != "" {
+		if !r.isBatch && !replies && r.cfg.replyTopic != "" && !isNil(r.handler) {
 			add(name+": Reply", "the handler publishes no reply: use JSONReply")
 		}
 		if s.mode.kind == modeTxn {
@@ -202,4 +203,14 @@ func validate(cfg appConfig, regs []registration) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isNil reports whether a handler is nil: the interface itself, or a nil function in it (a
+// HandlerFunc(nil), say), which would panic on the first record.
+func isNil(h any) bool {
+	if h == nil {
+		return true
+	}
+	v := reflect.ValueOf(h)
+	return v.Kind() == reflect.Func && v.IsNil()
 }
