@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -38,7 +39,9 @@ func (c *consumer) committer() {
 			c.reportInFlight()
 			if c.manual {
 				ctx, cancel := context.WithTimeout(c.workCtx, commitTimeout)
-				c.commitManual(ctx)
+				if err := c.commitManual(ctx); err != nil {
+					c.log.Warn("tidemark: commit failed; will retry", "err", err)
+				}
 				cancel()
 			}
 		}
@@ -86,10 +89,12 @@ func (c *consumer) markLocked(offs map[string]map[int32]kgo.EpochOffset) {
 }
 
 // commitManual commits the pending positions of manual partitions into the subscription's group
-// with kadm: the tracker's watermarks (Tracked) or the positions taken by lanes (Auto).
-func (c *consumer) commitManual(ctx context.Context) {
+// with kadm: the tracker's watermarks (Tracked) or the positions taken by lanes (Auto). A failed
+// commit's positions stay pending for the next one (unless newer ones replaced them) and its
+// error is returned.
+func (c *consumer) commitManual(ctx context.Context) error {
 	if c.adm == nil {
-		return
+		return nil
 	}
 	if !c.tracked {
 		c.markMu.Lock()
@@ -110,7 +115,7 @@ func (c *consumer) commitManual(ctx context.Context) {
 	c.manualPending = nil
 	c.manualMu.Unlock()
 	if len(pending) == 0 {
-		return
+		return nil
 	}
 	var os kadm.Offsets
 	for k, eo := range pending {
@@ -121,7 +126,6 @@ func (c *consumer) commitManual(ctx context.Context) {
 		err = resp.Error()
 	}
 	if err != nil {
-		c.log.Warn("tidemark: commit of manual partitions failed; will retry", "err", err)
 		c.manualMu.Lock()
 		if c.manualPending == nil {
 			c.manualPending = make(map[tp]kgo.EpochOffset)
@@ -132,18 +136,18 @@ func (c *consumer) commitManual(ctx context.Context) {
 			}
 		}
 		c.manualMu.Unlock()
-		return
+		return fmt.Errorf("tidemark: commit of manual partitions to group %q: %w", c.group, err)
 	}
 	for k, eo := range pending {
 		c.obs.Committed(CommittedEvent{Group: c.group, Topic: k.topic, Partition: k.partition, Offset: eo.Offset})
 	}
+	return nil
 }
 
 // commitMarked commits franz-go's marks synchronously (revoke and shutdown) and reports them.
 func (c *consumer) commitMarked(ctx context.Context) error {
 	if c.manual {
-		c.commitManual(ctx)
-		return nil
+		return c.commitManual(ctx)
 	}
 	marked := c.cl.MarkedOffsets()
 	// franz-go waits for the autocommits before this one without looking at ctx

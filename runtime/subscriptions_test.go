@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -53,6 +54,30 @@ func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
 			require.Equal(t, map[int32]int64{0: 3, 1: 3}, c.Committed(t, "manual", "in"))
 		})
 	}
+}
+
+// A manual subscription's failed final commit is Shutdown's error, as a group subscription's is
+// (operations.md, shutdown step 4): nothing committed, nothing reported as done.
+func TestManualPartitionsShutdownReportsAFailedFinalCommit(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	fault := c.FailCommit("manual", -1, kerr.CoordinatorNotAvailable) // every commit, periodic ones too
+	var s seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Partitions("in", 0).Group("manual").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			s.add(string(d.Record().Value), d.Attempt())
+			return nil
+		}), runtime.RetryToSource())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(ctx))
+	eventually(t, func() bool { return s.len() == 3 }, "3 records not handled")
+	err := app.Shutdown(ctx)
+	require.ErrorIs(t, err, kerr.CoordinatorNotAvailable)
+	require.ErrorContains(t, err, `tidemark: Partitions("in", [0]): final commit: tidemark: commit of manual partitions to group "manual": `)
+	require.Positive(t, fault.Hits())
+	require.Empty(t, c.Committed(t, "manual", "in"))
 }
 
 // A pattern subscription is ready once metadata has loaded even if nothing matches, and picks up a
