@@ -106,7 +106,9 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // group and received its first assignment (possibly empty), manual subscriptions have read their
 // committed offsets, and pattern subscriptions have loaded metadata. ctx bounds start-up only (60s
 // when it has no deadline); on failure everything started is stopped. Start returns ErrStarted when
-// called twice, and ErrClosed on an App that Shutdown stopped before it started (DESIGN §3.10).
+// called twice, and ErrClosed on an App that Shutdown stopped before it started (DESIGN §3.10). A
+// producer opened by a Publish before a Start that fails validation is closed (bounded by
+// FlushTimeout); what it did not flush joins the configuration errors (ErrUnflushed).
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
 	if a.state != StateNew {
@@ -123,8 +125,12 @@ func (a *App) Start(ctx context.Context) error {
 	a.mu.Unlock()
 
 	if err := validate(a.cfg, regs); err != nil {
+		// A Publish before Start may have opened the producer: closed, and what it did not flush
+		// reported with the configuration errors.
+		if cerr := a.prod.close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
 		a.markFailed(err)
-		_ = a.prod.close() // a Publish before Start may have opened the producer
 		return err
 	}
 	if _, ok := ctx.Deadline(); !ok {

@@ -113,13 +113,17 @@ func MaxPollRecords(n int) Option {
 // ProducerOpts adds franz-go options for the App's producer (and the Transactional sessions, which
 // produce too): linger (Tidemark's default is 0, since every publish waits for its
 // acknowledgement), batch size, MaxBufferedRecords, compression. They come after the connection
-// settings shared through ClientOpts. Idempotence and acks=all stay on (DESIGN §3.9).
+// settings shared through ClientOpts. Idempotence and acks=all stay on (DESIGN §3.9): Start fails
+// with a *ConfigError naming ProducerOpts on kgo.DisableIdempotentWrite (here or in ClientOpts), or
+// on options franz-go rejects. QueueTimeout counts records against MaxBufferedRecords; with
+// kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded by its ctx (and Shutdown),
+// not by QueueTimeout.
 func ProducerOpts(opts ...kgo.Opt) Option {
 	return appOption(func(c *appConfig) { c.producerOpts = append(c.producerOpts, opts...) })
 }
 
 // QueueTimeout bounds how long Publish waits for buffer space (franz-go's MaxBufferedRecords,
-// default 50,000 records) before it fails with ErrQueueFull. The default, 0, waits as long as the
+// default 50,000 records; not MaxBufferedBytes, see ProducerOpts) before it fails with ErrQueueFull. The default, 0, waits as long as the
 // publish's ctx allows. It bounds only that wait: a record already buffered or sent is not
 // cancelled by it, and with the idempotent producer a sent request is never cancelled (DESIGN §3.9).
 // A negative d fails Start with a *ConfigError naming QueueTimeout.

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,13 +31,19 @@ var (
 type producer struct {
 	app *App
 
-	mu     sync.RWMutex // held for reading around Produce; for writing to create or close
+	// mu guards cl, slots and closed: read by every publish, written to create or close. It is never
+	// held across franz-go's Produce, which blocks while the buffer is full (MaxBufferedBytes).
+	mu     sync.RWMutex
 	cl     *kgo.Client
 	slots  chan struct{} // buffer space: one slot per record buffered (MaxBufferedRecords)
 	closed bool
+	sent   sync.WaitGroup // records handed to Produce whose promise has not run; added to only while open
 
 	pending   atomic.Int64 // produced and not yet acknowledged or failed
-	unflushed atomic.Int64
+	unflushed atomic.Int64 // records the close failed (ErrClientClosed): each of their Publishes returned ErrUnflushed
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Publish produces r and waits for the brokers' acknowledgement (acks=all, idempotent). With the
@@ -45,6 +52,8 @@ type producer struct {
 // the wait for buffer space and the time r may wait unsent in the buffer; once a request carrying r
 // is sent it is not cancelled (an idempotent producer cannot know whether the broker wrote it), so
 // Publish may return after ctx ends. QueueTimeout bounds the wait for buffer space (ErrQueueFull).
+// r.Context is franz-go's: when it is nil, Produce sets it to ctx for the publish, and Publish
+// clears it again afterwards, so a failed r can be published again with a new ctx.
 // Errors wrap franz-go's (errors.Is works); after Shutdown has closed the producer it returns
 // ErrClosed; a nil r is an error. Publish works before Start too (to seed a topic, say): it opens
 // the producer, which a failed Start or Shutdown closes, so call Shutdown even on an App that never
@@ -78,28 +87,38 @@ func (a *App) Unflushed() int64 { return a.prod.unflushed.Load() }
 func (a *App) Pending() int64 { return a.prod.pending.Load() }
 
 func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
-	slots, err := p.client()
+	cl, slots, err := p.client()
 	if err != nil {
 		return err
 	}
 	if err := p.acquire(ctx, slots); err != nil {
 		return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)
 	}
-	done := make(chan error, 1)
 	p.mu.RLock()
 	if p.closed {
 		p.mu.RUnlock()
 		<-slots
 		return ErrClosed
 	}
+	p.sent.Add(1) // before close sets closed: its Wait sees this record
 	p.pending.Add(1)
-	p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+	p.mu.RUnlock()
+	own := r.Context == nil // franz-go sets it to ctx: cleared again once the promise has run
+	done := make(chan error, 1)
+	cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 		<-slots
+		if errors.Is(err, kgo.ErrClientClosed) {
+			p.unflushed.Add(1)
+		}
 		p.pending.Add(-1)
+		p.sent.Done()
 		done <- err
 	})
-	p.mu.RUnlock()
-	if err := <-done; err != nil {
+	err = <-done
+	if own {
+		r.Context = nil
+	}
+	if err != nil {
 		if errors.Is(err, kgo.ErrClientClosed) {
 			return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrUnflushed, err)
 		}
@@ -131,26 +150,26 @@ func (p *producer) acquire(ctx context.Context, slots chan struct{}) error {
 	}
 }
 
-// client returns the producer's buffer slots, creating the client on first use.
-func (p *producer) client() (chan struct{}, error) {
+// client returns the producer's client and buffer slots, creating the client on first use.
+func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 	p.mu.RLock()
 	cl, slots, closed := p.cl, p.slots, p.closed
 	p.mu.RUnlock()
 	if closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if cl != nil {
-		return slots, nil
+		return cl, slots, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if p.cl == nil {
 		cl, err := kgo.NewClient(p.opts()...)
 		if err != nil {
-			return nil, fmt.Errorf("tidemark: producer: %w", err)
+			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
 		n := int64(50_000) // franz-go's default, if its option value reads differently
 		switch v := cl.OptValue(kgo.MaxBufferedRecords).(type) {
@@ -161,31 +180,64 @@ func (p *producer) client() (chan struct{}, error) {
 		}
 		p.cl, p.slots = cl, make(chan struct{}, max(n, 1))
 	}
-	return p.slots, nil
+	return p.cl, p.slots, nil
 }
 
 // opts builds the producer's options: seeds, no linger, the App's ClientOpts without consumer and group
 // options (connection settings, TLS, SASL, dialer apply to both), ProducerOpts, then the
 // partitioner that pins retry copies to their source partition. Idempotence and acks=all stay
-// franz-go's defaults.
+// franz-go's defaults: Start rejects options that turn them off (producerOptsErr).
 func (p *producer) opts() []kgo.Opt {
 	// Every publish waits for its acknowledgement, so lingering only adds latency: no linger unless
 	// ProducerOpts sets one.
 	opts := []kgo.Opt{kgo.SeedBrokers(p.app.cfg.brokers...), kgo.ProducerLinger(0)}
-	for _, o := range p.app.cfg.clientOpts {
+	opts = append(opts, producerClientOpts(p.app.cfg)...)
+	return append(opts, kgo.RecordPartitioner(pinningPartitioner{}))
+}
+
+// producerClientOpts are the user's options the producer takes: ClientOpts without consumer and
+// group options, then ProducerOpts.
+func producerClientOpts(cfg appConfig) []kgo.Opt {
+	var opts []kgo.Opt
+	for _, o := range cfg.clientOpts {
 		switch o.(type) {
 		case kgo.ConsumerOpt, kgo.GroupOpt:
 			continue
 		}
 		opts = append(opts, o)
 	}
-	opts = append(opts, p.app.cfg.producerOpts...)
-	return append(opts, kgo.RecordPartitioner(pinningPartitioner{}))
+	return append(opts, cfg.producerOpts...)
 }
 
-// close flushes what is buffered, bounded by FlushTimeout, counts what the brokers did not confirm,
-// and closes the client; publishes after it fail with ErrClosed.
+// producerOptsErr checks the user's producer options without I/O (a client is made and closed
+// unused): franz-go must accept them, and they must keep idempotent writes, and with them acks=all,
+// on: a record is settled once its retry copy, dead-letter record or reply is acknowledged, which
+// must mean written (DESIGN §3.9).
+func producerOptsErr(cfg appConfig) error {
+	opts := producerClientOpts(cfg)
+	if len(opts) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
+		return errors.New("kgo.DisableIdempotentWrite: Tidemark settles records on acknowledged writes, which need idempotent writes with acks=all")
+	}
+	return nil
+}
+
+// close flushes what is buffered, bounded by FlushTimeout, closes the client, which fails what the
+// brokers did not confirm (counted in unflushed), and waits for every publish's promise; publishes
+// after it fail with ErrClosed. Later calls return the first one's result.
 func (p *producer) close() error {
+	p.closeOnce.Do(func() { p.closeErr = p.shut() })
+	return p.closeErr
+}
+
+func (p *producer) shut() error {
 	p.mu.Lock()
 	p.closed = true
 	cl := p.cl
@@ -196,11 +248,11 @@ func (p *producer) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.app.cfg.flushTimeout)
 	defer cancel()
 	flushErr := cl.Flush(ctx)
-	n := p.pending.Load()
-	p.unflushed.Store(n)
-	cl.Close() // fails what is still buffered, so no publisher waits forever
-	if n > 0 {
-		return fmt.Errorf("%w: %d records after %s: %w", ErrUnflushed, n, p.app.cfg.flushTimeout, flushErr)
+	cl.Close() // fails what is buffered, sent or blocked in Produce: franz-go finishes every promise
+	p.sent.Wait()
+	if n := p.unflushed.Load(); n > 0 {
+		return fmt.Errorf("%w: %d records after %s: %w", ErrUnflushed, n, p.app.cfg.flushTimeout,
+			cmp.Or(flushErr, kgo.ErrClientClosed))
 	}
 	return nil
 }

@@ -106,6 +106,84 @@ func TestShutdownReportsUnflushedRecordsAndRefusesLaterPublishes(t *testing.T) {
 	require.ErrorIs(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("late")}), runtime.ErrClosed)
 }
 
+// With kgo.MaxBufferedBytes, a Publish waits inside franz-go's Produce for byte space. Shutdown
+// still ends within FlushTimeout: it fails that publish and the held one, counts both, and later
+// publishes fail with ErrClosed (nothing waits for a lock the blocked publish holds).
+func TestShutdownEndsAPublishWaitingForBufferedBytes(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c, runtime.FlushTimeout(200*time.Millisecond),
+		runtime.ProducerOpts(kgo.MaxBufferedBytes(1000)))...)
+	release := c.HoldProduce()
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for range 2 { // 800 bytes each: the second does not fit beside the first, which the cluster holds
+		wg.Go(func() { errs <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: make([]byte, 800)}) })
+	}
+	require.Eventually(t, func() bool { return app.Pending() == 2 }, 10*time.Second, time.Millisecond)
+	err := app.Shutdown(ctx)
+	require.ErrorIs(t, err, runtime.ErrUnflushed)
+	require.ErrorContains(t, err, "2 records after 200ms")
+	require.Equal(t, int64(2), app.Unflushed())
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.ErrorIs(t, err, runtime.ErrUnflushed)
+	}
+	require.ErrorIs(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("late")}), runtime.ErrClosed)
+}
+
+// A record whose Publish failed can be published again with a new ctx: Publish does not leave the
+// first ctx in r.Context, where franz-go would find it ended and fail the record at once.
+func TestPublishTheSameRecordAgainAfterItsCtxEnded(t *testing.T) {
+	c := kfaketest.New(t)
+	app := runtime.New(appOpts(c)...)
+	t.Cleanup(func() { stop(t, app) })
+	r := &kgo.Record{Topic: "later", Value: []byte("v")}
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, app.Publish(short, r), context.DeadlineExceeded, "the topic does not exist yet")
+	require.Nil(t, r.Context)
+	c.CreateTopic(t, "later", 1)
+	ctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	require.NoError(t, app.Publish(ctx, r))
+	require.Nil(t, r.Context)
+	got := c.ReadAll(t, "later", true)
+	require.Len(t, got, 1)
+	require.Equal(t, "v", string(got[0].Value))
+}
+
+// A Start that fails validation closes a producer a Publish opened before it, and reports what that
+// close did not flush with the configuration errors; the Shutdown the docs ask for reports it again
+// and the count stays (a second close changes nothing).
+func TestFailedStartReportsRecordsItsProducerDidNotFlush(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c, runtime.FlushTimeout(200*time.Millisecond))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g"), ack, runtime.Workers(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("early")}))
+	release := c.HoldProduce()
+	defer release()
+	held := make(chan error, 1)
+	go func() { held <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("held")}) }()
+	require.Eventually(t, func() bool { return app.Pending() == 1 }, 10*time.Second, time.Millisecond)
+
+	err := app.Start(ctx)
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, `Topic("in"): Workers`, ce.Option)
+	require.ErrorIs(t, err, runtime.ErrUnflushed)
+	require.Equal(t, int64(1), app.Unflushed())
+	require.ErrorIs(t, <-held, runtime.ErrUnflushed)
+
+	require.ErrorIs(t, app.Shutdown(ctx), runtime.ErrUnflushed)
+	require.Equal(t, int64(1), app.Unflushed())
+}
+
 type order struct {
 	ID string `json:"id"`
 }

@@ -47,6 +47,9 @@ func validate(cfg appConfig, regs []registration) error {
 	if cfg.revokeDrainTimeout <= 0 {
 		add("RevokeDrainTimeout", "need a positive duration, got %s", cfg.revokeDrainTimeout)
 	}
+	if err := producerOptsErr(cfg); err != nil {
+		add("ProducerOpts", "%v", err)
+	}
 	if len(regs) == 0 {
 		add("Handle", "no subscription registered")
 	}
