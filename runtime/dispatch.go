@@ -852,6 +852,11 @@ func (d *dispatcher) fatalErr() error {
 	return d.fatal
 }
 
+// flowAllLocked applies MaxInFlight: the subscription's partitions pause once it holds maxAll
+// records and resume once it has drained to half, or, with room left under maxAll, as soon as a
+// partition starves: records wait in its backlog and it holds none. Records held elsewhere (a
+// blocked head, a long retry backoff) may keep the subscription above half for good; they must not
+// stop the partitions that hold nothing (DESIGN §3.6).
 func (d *dispatcher) flowAllLocked() {
 	if d.maxAll <= 0 {
 		return
@@ -859,7 +864,7 @@ func (d *dispatcher) flowAllLocked() {
 	switch {
 	case !d.allPaused && d.held >= d.maxAll:
 		d.allPaused = true
-	case d.allPaused && d.held <= d.maxAll/2:
+	case d.allPaused && (d.held <= d.maxAll/2 || d.held < d.maxAll && d.starvingLocked()):
 		d.allPaused = false
 	case !d.allPaused && d.backlogged > 0:
 		// Room in the subscription, freed by any partition: offer it to the backlogs, which are
@@ -877,6 +882,19 @@ func (d *dispatcher) flowAllLocked() {
 	for _, ps := range d.parts {
 		d.flowLocked(ps)
 	}
+}
+
+// starvingLocked reports whether a partition holds no record while records wait in its backlog.
+func (d *dispatcher) starvingLocked() bool {
+	if d.backlogged == 0 {
+		return false
+	}
+	for _, ps := range d.parts {
+		if ps.held == 0 && len(ps.backlog) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // delayLocked pauses ps until until (a retry copy on it is not due before then) and resumes it

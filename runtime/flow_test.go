@@ -59,6 +59,37 @@ func TestMaxInFlightPausesEveryPartition(t *testing.T) {
 	require.Equal(t, 60, s.len())
 }
 
+// Under MaxInFlight, a partition whose head is stuck (a blocked handler, a long retry backoff)
+// keeps its records held, here 20 of the subscription's 30: more than half, so the subscription
+// never drains to half. The partitions that hold nothing must still get records while there is
+// room: a starving partition lifts the subscription's pause (DESIGN §3.6, ByPartition runs
+// partitions in parallel).
+func TestMaxInFlightDoesNotLetAStuckPartitionStopTheOthers(t *testing.T) {
+	const n = 200
+	c := kfaketest.New(t, kfaketest.Topic("in", 3))
+	for p := range int32(3) {
+		vals := make([]string, n)
+		for i := range vals {
+			vals[i] = fmt.Sprint(p, "-", i)
+		}
+		c.ProduceValues(t, "in", p, vals...)
+	}
+	release := make(chan struct{})
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if r := d.Record(); r.Partition == 0 && r.Offset == 5 {
+				return await(ctx, release)
+			}
+			return nil
+		}), runtime.Workers(3), runtime.MaxInFlightPerPartition(20), runtime.MaxInFlight(30))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 5, 1: n, 2: n})
+	require.Equal(t, int64(5), c.Committed(t, "g", "in")[0], "nothing passes the stuck record")
+	close(release)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: n, 1: n, 2: n})
+}
+
 // Shutdown drains running handlers within its ctx; only past that bound is a handler's ctx
 // cancelled, and the unfinished record is not committed, in every mode: a handler that returns
 // its cancelled ctx's error did not finish, so it is neither a refused retry that Auto commits past
