@@ -927,20 +927,26 @@ func (d *dispatcher) delay(key tp, until time.Time) {
 	}
 }
 
-// dropQueued drops every queued record (an aborted window's records are all read again): they are
-// no longer held and their window counts them done. Records in a handler keep running.
-func (d *dispatcher) dropQueued() {
+// dropQueued drops the queued records of tw, an aborted window (they are all read again): they are
+// no longer held and tw counts them done. Records in a handler keep running, and records of another
+// window stay queued: a handler of an earlier window that returns late, and aborts it again, must
+// not settle the records of the window polled since.
+func (d *dispatcher) dropQueued(tw *txnWindow) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	drop := func(u *unit) {
+		kept := u.q[:0]
 		for _, it := range u.q {
+			if it.win != tw {
+				kept = append(kept, it)
+				continue
+			}
 			it.ps.held--
 			d.held--
-			if it.win != nil {
-				it.win.w.Done()
-			}
+			tw.w.Done()
 		}
-		u.q = nil
+		clear(u.q[len(kept):])
+		u.q = kept
 	}
 	for _, ps := range d.parts {
 		if ps.single != nil {

@@ -121,13 +121,14 @@ func (p *publishes) returned(tw *txnWindow) {
 }
 
 // abortWindow aborts tw and drops its queued records: the whole window is read again from the
-// committed offsets after the abort.
+// committed offsets after the abort. tw may be a window that has ended already (a late handler's):
+// the current window's records stay queued.
 func (c *consumer) abortWindow(tw *txnWindow, reason error) {
 	if tw == nil {
 		return
 	}
 	tw.w.Abort(reason)
-	c.d.dropQueued()
+	c.d.dropQueued(tw)
 }
 
 // ctxOf is the ctx a record's handler runs with: its window's in the Transactional mode, its

@@ -574,3 +574,47 @@ func committedValues(t *testing.T, c *kfaketest.Cluster, topic string) []string 
 	sort.Strings(out)
 	return out
 }
+
+// repollObserver closes repolled at the first Delivered event after armed is set.
+type repollObserver struct {
+	runtime.NopObserver
+	armed    atomic.Bool
+	once     sync.Once
+	repolled chan struct{}
+}
+
+func (o *repollObserver) Delivered(runtime.DeliveredEvent) {
+	if o.armed.Load() {
+		o.once.Do(func() { close(o.repolled) })
+	}
+}
+
+// A handler whose own publish failed aborts its window and may go on working: by the time it
+// returns its error, the next window has polled the records again and queued them behind it. That
+// late return aborts only its own window: the next window's queued records stay queued and are
+// handled, so every input has exactly one output (before, they were dropped as the old window's,
+// counted done, and their offsets committed without outputs).
+func TestTransactionalLateReturnOfAnAbortedWindowKeepsTheNextWindowsRecords(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 10, 1)
+	fault := c.FailProduce("out", 1, kerr.InvalidRecord)
+	obs := &repollObserver{repolled: make(chan struct{})}
+	var app *runtime.App
+	app = txnAppWith(c, []runtime.Option{runtime.Observe(obs)}, "tx-late", func(*runtime.App) runtime.Handler {
+		return runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(d.Record().Value))})
+			if err != nil { // the window aborted: return only once the next one has polled again
+				obs.armed.Store(true)
+				select {
+				case <-obs.repolled:
+				case <-time.After(10 * time.Second):
+				}
+			}
+			return err
+		})
+	}, runtime.Workers(1))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	require.Equal(t, 1, fault.Hits())
+	requireOneOutputPerInput(t, c, 10)
+}
