@@ -115,6 +115,11 @@ func (c *consumer) produceFailed(it *item, ev *SettledEvent, what string, err er
 		c.recAttrs(it, ev.Attempt, "err", err)...)
 	ev.Err = fmt.Errorf("tidemark: %s: %w", what, err)
 	if c.txnMode {
+		if it.win != nil && errors.Is(it.win.w.Aborted(), err) {
+			// The copy's own failure aborted the window (not a refusal by a window another record
+			// aborted): a failed delivery, counted as retryAbortsWindow counts one.
+			c.countTxnTry(it, false, nil)
+		}
 		ev.Outcome = OutcomeRetry
 		c.abortWindow(it.win, ev.Err)
 		c.settle(it, ev)

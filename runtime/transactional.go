@@ -321,8 +321,19 @@ func (c *consumer) retryAbortsWindow(it *item, ev *SettledEvent, pubs *publishes
 	}
 	spent := c.cfg.maxAttempts > 0 && ev.Attempt >= c.cfg.maxAttempts ||
 		c.cfg.maxAttempts == 0 && after <= 0 && c.cfg.deadLetter != "" // as resolve: dead-lettered at once
+	c.countTxnTry(it, spent, cause)
+	ev.Outcome, ev.Err = OutcomeRetry, cause
+	c.abortWindow(it.win, fmt.Errorf("%w: %w", errRetryInWindow, cause))
+	c.settle(it, ev)
+	return true
+}
+
+// countTxnTry counts a failed delivery of it in an aborted window; spent marks its attempts spent,
+// with cause, the failure that spent them.
+func (c *consumer) countTxnTry(it *item, spent bool, cause error) {
 	key := it.ps.tp
 	c.txnMu.Lock()
+	defer c.txnMu.Unlock()
 	if c.txnTried == nil {
 		c.txnTried, c.txnGone = map[tp]map[int64]int{}, map[tp]map[int64]error{}
 	}
@@ -336,11 +347,6 @@ func (c *consumer) retryAbortsWindow(it *item, ev *SettledEvent, pubs *publishes
 		}
 		c.txnGone[key][it.rec.Offset] = cmp.Or(cause, errSpentInWindow)
 	}
-	c.txnMu.Unlock()
-	ev.Outcome, ev.Err = OutcomeRetry, cause
-	c.abortWindow(it.win, fmt.Errorf("%w: %w", errRetryInWindow, cause))
-	c.settle(it, ev)
-	return true
 }
 
 // txnTries returns how many deliveries of it's offset failed in aborted windows.

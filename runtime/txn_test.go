@@ -618,3 +618,27 @@ func TestTransactionalLateReturnOfAnAbortedWindowKeepsTheNextWindowsRecords(t *t
 	require.Equal(t, 1, fault.Hits())
 	requireOneOutputPerInput(t, c, 10)
 }
+
+// A retry copy whose produce fails aborts the window, and that failed delivery counts: the
+// record's next delivery is attempt 2, as an in-place retry's would be under Tracked, so
+// MaxAttempts caps the deliveries however their copies fared.
+func TestTransactionalFailedCopyCountsTheAttempt(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("dlq", 1))
+	c.ProduceValues(t, "in", 0, "x")
+	fault := c.FailProduce("in", 1, kerr.InvalidRecord) // the first copy
+	var s seen
+	var app *runtime.App
+	app = txnApp(c, "tx-copy", func(*runtime.App) runtime.Handler {
+		return runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			s.add(string(d.Record().Value), d.Attempt())
+			return errors.New("always")
+		})
+	}, runtime.MaxAttempts(3), runtime.DeadLetter("dlq"),
+		runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
+	start(t, app)
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, fault.Hits())
+	require.Equal(t, []int{1, 2, 3}, s.attempts())
+	dead := c.ReadAll(t, "dlq", true)
+	require.Equal(t, []string{"3"}, hv(dead[0], dlq.AttemptsHeader))
+}
