@@ -51,9 +51,10 @@ type App struct {
 	fatalErr  error
 	fatal     chan struct{} // closed by the first fatal error
 
-	shutdownStarted atomic.Bool
+	shutdownStarted atomic.Bool   // set under mu, with the state, by the first Shutdown
 	stopping        chan struct{} // closed when Shutdown begins
 	stopped         chan struct{} // closed when Shutdown has finished
+	startDone       chan struct{} // closed when Start returns (Shutdown waits for it)
 	shutdownErr     error
 	supDone         chan struct{}
 }
@@ -74,8 +75,9 @@ func New(opts ...Option) *App {
 		log:      log,
 		fatal:    make(chan struct{}),
 		stopping: make(chan struct{}),
-		stopped:  make(chan struct{}),
-		supDone:  make(chan struct{}),
+		stopped:   make(chan struct{}),
+		supDone:   make(chan struct{}),
+		startDone: make(chan struct{}),
 	}
 	a.prod.app = a
 	return a
@@ -108,7 +110,8 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // when it has no deadline); on failure everything started is stopped. Start returns ErrStarted when
 // called twice, and ErrClosed on an App that Shutdown stopped before it started (DESIGN §3.10). A
 // producer opened by a Publish before a Start that fails validation is closed (bounded by
-// FlushTimeout); what it did not flush joins the configuration errors (ErrUnflushed).
+// FlushTimeout); what it did not flush joins the configuration errors (ErrUnflushed). A Shutdown
+// called while Start runs ends it: Start returns ErrClosed and Shutdown stops what it started.
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
 	if a.state != StateNew {
@@ -123,6 +126,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.started = true
 	regs := a.regs
 	a.mu.Unlock()
+	defer close(a.startDone)
 
 	if err := validate(a.cfg, regs); err != nil {
 		// A Publish before Start may have opened the producer: closed, and what it did not flush
@@ -139,38 +143,57 @@ func (a *App) Start(ctx context.Context) error {
 		defer cancel()
 	}
 	base := context.WithoutCancel(ctx)
+	ctx, cancel := context.WithCancelCause(ctx) // ended by a Shutdown or a fatal error too
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-a.stopping:
+			cancel(ErrClosed)
+		case <-a.fatal:
+			cancel(a.fatalError())
+		case <-ctx.Done():
+		}
+	}()
 	a.mu.Lock()
 	a.supervising = true
 	a.mu.Unlock()
 	go a.supervise()
 	for i, r := range regs {
+		if a.shutdownStarted.Load() {
+			return a.closedErr() // Shutdown waits for this return, then stops what was made
+		}
 		c, err := newConsumer(a, i, r, base)
 		if err != nil {
-			a.abortStart(err)
-			return err
+			return a.abortStart(err)
 		}
 		a.mu.Lock()
 		a.consumers = append(a.consumers, c)
 		a.mu.Unlock()
 	}
 	if err := a.checkTopics(ctx); err != nil {
-		a.abortStart(err)
-		return err
+		return a.abortStart(err)
 	}
 	for _, c := range a.consumers {
+		if a.shutdownStarted.Load() {
+			return a.closedErr()
+		}
 		if err := c.start(ctx, base); err != nil {
-			a.abortStart(err)
-			return err
+			return a.abortStart(err)
 		}
 	}
 	for _, c := range a.consumers {
 		if err := c.waitReady(ctx); err != nil {
-			err = fmt.Errorf("tidemark: start: %s: %w", c.sub, err)
-			a.abortStart(err)
-			return err
+			return a.abortStart(fmt.Errorf("tidemark: start: %s: %w", c.sub, err))
 		}
 	}
-	a.setState(StateRunning, nil)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.shutdownStarted.Load() {
+		return a.closedErr()
+	}
+	if a.state != StateFailed {
+		a.state = StateRunning
+	}
 	return nil
 }
 
@@ -180,12 +203,27 @@ func (a *App) markFailed(err error) {
 	a.state, a.reason = StateFailed, err
 }
 
-// abortStart stops what Start started and records the failure.
-func (a *App) abortStart(err error) {
+// abortStart stops what Start started, records the failure and returns it (the fatal error that
+// ended Start, if one did). If a Shutdown began meanwhile it only returns: that Shutdown waits for
+// Start to return, then stops what Start made.
+func (a *App) abortStart(err error) error {
+	if a.shutdownStarted.Load() {
+		return a.closedErr()
+	}
 	a.fail(err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = a.Shutdown(ctx)
+	_ = a.shutdown(ctx, callerStart)
+	return a.fatalError()
+}
+
+// closedErr is what Start returns when a Shutdown or a fatal error ended it: the fatal error, or
+// ErrClosed.
+func (a *App) closedErr() error {
+	if err := a.fatalError(); err != nil {
+		return err
+	}
+	return ErrClosed
 }
 
 // Run starts the App, serves until ctx ends or a fatal error happens (a handler panic under
@@ -233,9 +271,10 @@ func (a *App) supervise() {
 	defer close(a.supDone)
 	select {
 	case <-a.fatal:
+		<-a.startDone // a Start that the error ended shuts down itself
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.shutdownTimeout)
 		defer cancel()
-		_ = a.shutdown(ctx, true)
+		_ = a.shutdown(ctx, callerSupervisor)
 	case <-a.stopping:
 	}
 }

@@ -9,7 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var ack = runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return nil })
@@ -240,6 +243,41 @@ func TestStartAfterShutdownSaysClosed(t *testing.T) {
 	require.ErrorIs(t, app.Run(ctx), runtime.ErrClosed)
 	require.PanicsWithValue(t, `tidemark: Handle(Topic("in")) on a nil App: make it with New`,
 		func() { runtime.Handle(nil, runtime.Topic("in"), ack) })
+}
+
+// A Shutdown while Start waits for its group ends Start (ErrClosed) and stops what Start had
+// started: the App ends Stopped, Done is closed, nothing is handled, and no goroutine is left
+// (goleak in TestMain). Before, Shutdown stopped none of it and Start went on to Running.
+func TestShutdownDuringStartStopsWhatStartStarted(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	join := c.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Group: "g",
+		Err: kerr.CoordinatorLoadInProgress, Count: -1}) // retried: Start waits for the group
+	defer join.Remove()
+	var s seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			s.add(string(d.Record().Value), d.Attempt())
+			return nil
+		}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	started := make(chan error, 1)
+	go func() { started <- app.Start(ctx) }()
+	eventually(t, func() bool { return join.Hits() > 0 }, "Start never tried to join")
+	require.NoError(t, app.Shutdown(ctx))
+	require.ErrorIs(t, <-started, runtime.ErrClosed)
+	state, reason := app.State()
+	require.Equal(t, runtime.StateStopped, state)
+	require.NoError(t, reason)
+	select {
+	case <-app.Done():
+	default:
+		t.Fatal("Done is not closed after Shutdown returned")
+	}
+	require.Zero(t, s.len())
+	require.ErrorIs(t, app.Start(ctx), runtime.ErrStarted)
 }
 
 // A Partitions subscription naming a partition its topic does not have fails Start, naming the

@@ -171,6 +171,10 @@ func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
+		if err := idempotenceErr(cl); err != nil { // a Publish before Start: Start has not checked
+			cl.Close()
+			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
+		}
 		n := int64(50_000) // franz-go's default, if its option value reads differently
 		switch v := cl.OptValue(kgo.MaxBufferedRecords).(type) {
 		case int64:
@@ -223,8 +227,16 @@ func producerOptsErr(cfg appConfig) error {
 		return err
 	}
 	defer cl.Close()
+	return idempotenceErr(cl)
+}
+
+// errIdempotenceOff is producerOptsErr's refusal of kgo.DisableIdempotentWrite.
+var errIdempotenceOff = errors.New("kgo.DisableIdempotentWrite: Tidemark settles records on acknowledged writes, which need idempotent writes with acks=all")
+
+// idempotenceErr returns errIdempotenceOff if cl's idempotent writes are turned off.
+func idempotenceErr(cl *kgo.Client) error {
 	if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
-		return errors.New("kgo.DisableIdempotentWrite: Tidemark settles records on acknowledged writes, which need idempotent writes with acks=all")
+		return errIdempotenceOff
 	}
 	return nil
 }

@@ -184,6 +184,19 @@ func TestFailedStartReportsRecordsItsProducerDidNotFlush(t *testing.T) {
 	require.Equal(t, int64(1), app.Unflushed())
 }
 
+// A Publish before Start keeps the promise Start checks: with idempotent writes turned off it
+// fails, and nothing is produced.
+func TestPublishBeforeStartRefusesIdempotenceOff(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())))...)
+	t.Cleanup(func() { stop(t, app) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("v")})
+	require.ErrorContains(t, err, "tidemark: producer: kgo.DisableIdempotentWrite: ")
+	require.Empty(t, c.ReadAll(t, "out", false))
+}
+
 type order struct {
 	ID string `json:"id"`
 }

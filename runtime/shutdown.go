@@ -18,12 +18,32 @@ var errShutdownBound = errors.New("tidemark: shutdown bound passed")
 // (CloseAllowingRebalance). It returns once every goroutine the App started has returned; a handler
 // that ignores its cancelled ctx delays it. Later and concurrent calls wait for the first one and
 // return its result (or ctx's error if ctx ends first).
-func (a *App) Shutdown(ctx context.Context) error { return a.shutdown(ctx, false) }
+func (a *App) Shutdown(ctx context.Context) error { return a.shutdown(ctx, callerUser) }
 
-func (a *App) shutdown(ctx context.Context, fromSupervisor bool) error {
-	if !a.shutdownStarted.CompareAndSwap(false, true) {
-		if fromSupervisor {
-			return nil // a shutdown is under way and waits for the supervisor to return
+// A caller says who runs a shutdown.
+type caller uint8
+
+const (
+	callerUser       caller = iota // Shutdown, or Run
+	callerSupervisor               // a fatal error
+	callerStart                    // a failed Start
+)
+
+func (a *App) shutdown(ctx context.Context, by caller) error {
+	a.mu.Lock()
+	first := !a.shutdownStarted.Load()
+	if first { // under mu with the state: a Start that has not begun sees it and returns ErrClosed
+		a.shutdownStarted.Store(true)
+		if a.state != StateFailed {
+			a.state = StateShuttingDown
+		}
+	}
+	starting := a.started && by != callerStart
+	a.mu.Unlock()
+	if !first {
+		if by != callerUser {
+			// A shutdown is under way: it waits for the supervisor to return, and for Start.
+			return nil
 		}
 		select {
 		case <-a.stopped:
@@ -32,10 +52,12 @@ func (a *App) shutdown(ctx context.Context, fromSupervisor bool) error {
 			return ctx.Err()
 		}
 	}
-	a.setState(StateShuttingDown, nil)
-	close(a.stopping)
+	close(a.stopping) // a running Start ends (ErrClosed)
+	if starting {
+		<-a.startDone // then every consumer it made is in a.consumers, and none is being started
+	}
 	a.shutdownErr = a.stopAll(ctx)
-	if !fromSupervisor {
+	if by == callerUser { // the supervisor waits for Start, which waits for this shutdown
 		<-a.supDoneOrNil()
 	}
 	if a.fatalError() == nil {
