@@ -71,10 +71,10 @@ func New(opts ...Option) *App {
 		log = slog.Default()
 	}
 	a := &App{
-		cfg:      cfg,
-		log:      log,
-		fatal:    make(chan struct{}),
-		stopping: make(chan struct{}),
+		cfg:       cfg,
+		log:       log,
+		fatal:     make(chan struct{}),
+		stopping:  make(chan struct{}),
 		stopped:   make(chan struct{}),
 		supDone:   make(chan struct{}),
 		startDone: make(chan struct{}),
