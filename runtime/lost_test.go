@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark-io/tidemark/runtime"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -150,4 +151,45 @@ func TestUnorderedShutdownDropsRecordsWaitingForALane(t *testing.T) {
 	got := second.offsets(0)
 	slices.Sort(got)
 	require.Equal(t, offsetRange(0, 10), got, "the restarted member's handler calls")
+}
+
+// Auto with ByKey marks each finished record, so a graceful shutdown can commit past records of
+// another key that never finished or never ran (docs/commit-modes.md): key a's first record blocks
+// until Shutdown's bound cancels it, a's second waits behind it, b's record finishes and marks
+// offset 2. Auto commits 3 (two records lost); Tracked, in the same run, commits 0.
+func TestAutoByKeyGracefulShutdownCanCommitUnhandledRecords(t *testing.T) {
+	for _, tc := range []struct {
+		mode runtime.CommitMode
+		want int64
+	}{{runtime.Auto, 3}, {runtime.Tracked, 0}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			c.ProduceTo(t, 0, &kgo.Record{Topic: "in", Key: []byte("a"), Value: []byte("a0")},
+				&kgo.Record{Topic: "in", Key: []byte("a"), Value: []byte("a1")},
+				&kgo.Record{Topic: "in", Key: []byte("b"), Value: []byte("b0")})
+			var s seen
+			blocked := make(chan struct{})
+			app := runtime.New(appOpts(c)...)
+			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(tc.mode),
+				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+					if string(d.Record().Value) == "a0" {
+						close(blocked)
+						<-ctx.Done() // until Shutdown's bound passes
+						return ctx.Err()
+					}
+					s.add(string(d.Record().Value), d.Attempt())
+					return nil
+				}), runtime.Workers(2), runtime.ByKey)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			require.NoError(t, app.Start(ctx))
+			waitClosed(t, blocked, "a0 never ran")
+			eventually(t, func() bool { return s.len() == 1 }, "b0 never finished")
+			short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancelShort()
+			require.ErrorIs(t, app.Shutdown(short), context.DeadlineExceeded)
+			require.Equal(t, []string{"b0"}, s.values(), "a1 never ran")
+			require.Equal(t, map[int32]int64{0: tc.want}, c.Committed(t, "g", "in"))
+		})
+	}
 }
