@@ -129,12 +129,13 @@ func (a *App) Start(ctx context.Context) error {
 	defer close(a.startDone)
 
 	if err := validate(a.cfg, regs); err != nil {
-		// A Publish before Start may have opened the producer: closed, and what it did not flush
-		// reported with the configuration errors.
-		if cerr := a.prod.close(); cerr != nil {
-			err = errors.Join(err, cerr)
+		// Stopped as any failed start is, so Done closes. A Publish before Start may have opened the
+		// producer: the shutdown closes it, and what it did not flush joins the errors.
+		a.fail(err)
+		if serr := a.shutdown(context.Background(), callerStart); serr != nil {
+			err = errors.Join(err, serr)
+			a.markFailed(err)
 		}
-		a.markFailed(err)
 		return err
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -234,6 +235,9 @@ func (a *App) closedErr() error {
 // *PanicError, for instance) otherwise, joined with the shutdown's error.
 func (a *App) Run(ctx context.Context) error {
 	if err := a.Start(ctx); err != nil {
+		if !errors.Is(err, ErrStarted) {
+			<-a.stopped // a failed Start, or one a Shutdown ended: that shutdown finishes first
+		}
 		return err
 	}
 	select {
@@ -243,8 +247,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.shutdownTimeout)
 	defer cancel()
-	err := a.Shutdown(sctx)
-	return errors.Join(a.fatalError(), err)
+	_ = a.Shutdown(sctx)
+	<-a.stopped // when another shutdown was first, Shutdown returned at sctx's end: wait for it
+	return errors.Join(a.fatalError(), a.shutdownErr)
 }
 
 // fail records the first fatal error and starts a graceful shutdown.

@@ -184,6 +184,11 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 			state, reason := app.State()
 			require.Equal(t, runtime.StateFailed, state)
 			require.Equal(t, err, reason)
+			select {
+			case <-app.Done(): // stopped, as after any failed start: a program waiting on Done ends
+			default:
+				t.Fatal("Done is not closed after a Start that failed validation")
+			}
 			require.ErrorIs(t, app.Start(ctx), runtime.ErrStarted, "an App starts once")
 			require.NoError(t, app.Shutdown(ctx))
 		})
@@ -278,6 +283,64 @@ func TestShutdownDuringStartStopsWhatStartStarted(t *testing.T) {
 	}
 	require.Zero(t, s.len())
 	require.ErrorIs(t, app.Start(ctx), runtime.ErrStarted)
+}
+
+// Run ended by a Shutdown during its Start returns ErrClosed only once that Shutdown has stopped
+// everything: Done is closed by then.
+func TestRunEndedByShutdownDuringStartReturnsAfterIt(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	join := c.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Group: "g",
+		Err: kerr.CoordinatorLoadInProgress, Count: -1})
+	defer join.Remove()
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), ack)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- app.Run(ctx) }()
+	eventually(t, func() bool { return join.Hits() > 0 }, "Run never tried to join")
+	go func() { _ = app.Shutdown(ctx) }()
+	require.ErrorIs(t, <-ran, runtime.ErrClosed)
+	select {
+	case <-app.Done():
+	default:
+		t.Fatal("Run returned before the Shutdown had finished")
+	}
+}
+
+// When another shutdown is first (here the user's, while a handler holds the drain), Run returns
+// only once it has finished, with its result: not when Run's own ShutdownTimeout passes.
+func TestRunWaitsForAShutdownThatWasFirst(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	running, release := make(chan struct{}), make(chan struct{})
+	app := runtime.New(appOpts(c, runtime.ShutdownTimeout(time.Nanosecond))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error {
+			close(running)
+			<-release // ignores its ctx: the drain waits for it
+			return nil
+		}))
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	ran := make(chan error, 1)
+	go func() { ran <- app.Run(runCtx) }()
+	waitClosed(t, running, "the handler never ran")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- app.Shutdown(ctx) }()
+	eventually(t, func() bool { s, _ := app.State(); return s == runtime.StateShuttingDown }, "Shutdown never began")
+	stopRun() // Run's own Shutdown now waits 1ns at most
+	close(release)
+	require.NoError(t, <-ran, "Run returns the first shutdown's result")
+	select {
+	case <-app.Done():
+	default:
+		t.Fatal("Run returned before the Shutdown had finished")
+	}
+	require.NoError(t, <-shut)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
 }
 
 // A Partitions subscription naming a partition its topic does not have fails Start, naming the

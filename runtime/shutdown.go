@@ -16,8 +16,10 @@ var errShutdownBound = errors.New("tidemark: shutdown bound passed")
 // (bounded by ctx; past it their contexts are cancelled); flush the producer; final marks and
 // commit (with its own 5s bound, run even when ctx is already done); leave the group
 // (CloseAllowingRebalance). It returns once every goroutine the App started has returned; a handler
-// that ignores its cancelled ctx delays it. Later and concurrent calls wait for the first one and
-// return its result (or ctx's error if ctx ends first).
+// that ignores its cancelled ctx delays it. So a handler (or an Observer method) must not call
+// Shutdown and wait for it: Shutdown would wait for that handler's own lane, forever; start it in
+// a goroutine (go app.Shutdown(ctx)) and return. Later and concurrent calls wait for the first one
+// and return its result (or ctx's error if ctx ends first).
 func (a *App) Shutdown(ctx context.Context) error { return a.shutdown(ctx, callerUser) }
 
 // A caller says who runs a shutdown.
