@@ -26,6 +26,10 @@ func main() {
 	flag.IntVar(&cfg.workers, "workers", 8, "lanes per subscription")
 	flag.BoolVar(&verbose, "v", false, "log the runtime's warnings (every drop, dead letter and refused retry) to stderr")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "payouts: unexpected arguments %q: every setting is a flag (-h lists them)\n", flag.Args())
+		os.Exit(2)
+	}
 	if brokers != "" {
 		cfg.brokers = strings.Split(brokers, ",")
 	}

@@ -249,3 +249,12 @@ func TestDemoRefusesANonPositiveTimeout(t *testing.T) {
 		require.Empty(t, out.String())
 	}
 }
+
+// -seed without -brokers is refused before anything starts: the embedded cluster is always seeded,
+// so the flag there would do nothing.
+func TestDemoRefusesSeedWithoutBrokers(t *testing.T) {
+	var out bytes.Buffer
+	_, err := run(context.Background(), config{timeout: time.Minute, workers: 8, seed: true}, &out)
+	require.EqualError(t, err, "-seed needs -brokers: the embedded cluster is always seeded")
+	require.Empty(t, out.String())
+}

@@ -50,6 +50,9 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (Summary, error) {
 	if cfg.timeout <= 0 {
 		return newSummary(), fmt.Errorf("-timeout must be positive, got %s", cfg.timeout)
 	}
+	if cfg.seed && len(cfg.brokers) == 0 && cfg.cluster == nil {
+		return newSummary(), errors.New("-seed needs -brokers: the embedded cluster is always seeded")
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	if cfg.logger == nil {
@@ -59,13 +62,13 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (Summary, error) {
 	sum.Workers = cfg.workers
 	tg, err := connect(ctx, cfg)
 	if err != nil {
-		return sum, err
+		return sum, fmt.Errorf("connect: %w", err)
 	}
 	defer tg.close()
 	sum.Cluster = tg.name
 	before, err := outputEnds(ctx, tg.off)
 	if err != nil {
-		return sum, err
+		return sum, fmt.Errorf("read the output topics' ends: %w", err)
 	}
 	if cfg.seed || len(cfg.brokers) == 0 {
 		if err := seedInput(ctx, tg, &sum, cfg.progress, stdout); err != nil {
@@ -89,7 +92,7 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (Summary, error) {
 	svc.register(app, cfg.workers)
 	start := time.Now()
 	if err := app.Start(ctx); err != nil {
-		return sum, err
+		return sum, fmt.Errorf("start: %w", err)
 	}
 	waitErr := waitCaughtUp(ctx, app, tg.off, obs, cfg.progress, stdout, &sum, start)
 	sum.Settling = time.Since(start)
