@@ -33,7 +33,11 @@ func parseCount(v []byte) int {
 		if b < '0' || b > '9' {
 			return 0
 		}
-		n = min(n*10+int(b-'0'), MaxCount)
+		if d := int(b - '0'); n <= (MaxCount-d)/10 { // checked before it grows: int may be 32 bits
+			n = n*10 + d
+		} else {
+			n = MaxCount
+		}
 	}
 	return n
 }

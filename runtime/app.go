@@ -212,7 +212,7 @@ func (a *App) abortStart(err error) error {
 		return a.closedErr()
 	}
 	a.fail(err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.shutdownTimeout)
 	defer cancel()
 	_ = a.shutdown(ctx, callerStart)
 	return a.fatalError()

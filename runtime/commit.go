@@ -21,6 +21,7 @@ const (
 // whose watermark moved (Tracked, DESIGN §3.11); franz-go's autocommit commits the marks. Manual
 // partitions are committed with kadm instead. It also reports in-flight gauges.
 func (c *consumer) committer() {
+	defer close(c.commDone)
 	tick := time.NewTicker(reportEvery)
 	defer tick.Stop()
 	for {

@@ -59,6 +59,7 @@ type consumer struct {
 	stopPoll  context.CancelFunc
 	pollDone  chan struct{}
 	stopComm  chan struct{}
+	commDone  chan struct{} // closed when the committer returns; nil if it never started
 	wake      chan struct{}
 	wg        sync.WaitGroup // lanes and the committer
 	closing   atomic.Bool    // set before the client leaves the group at shutdown
@@ -207,6 +208,7 @@ func (c *consumer) start(startCtx, base context.Context) error {
 	for range c.cfg.workers {
 		c.wg.Go(c.lane)
 	}
+	c.commDone = make(chan struct{})
 	c.wg.Go(c.committer)
 	pollCtx, stop := context.WithCancel(base)
 	c.stopPoll = stop

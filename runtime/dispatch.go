@@ -107,6 +107,7 @@ type dispatcher struct {
 	held       int
 	handling   int // records in a handler, all partitions (detached ones included)
 	allPaused  bool
+	allTimer   *time.Timer // while allPaused: lifts it after holdMax if there is room (allPauseExpired)
 	stopping   atomic.Bool // set by stop, read by lanes between the records of a take
 	holding    int         // partitions holding the poll loop off (holdsPoll): it does not poll
 	backlogs   bool        // records beyond a partition's bounds wait in its backlog (not Transactional)
@@ -655,6 +656,9 @@ func (d *dispatcher) stop() {
 		t.Stop()
 		delete(d.timers, t)
 	}
+	if d.allTimer != nil {
+		d.allTimer.Stop()
+	}
 	d.mu.Unlock()
 	d.cond.Broadcast()
 }
@@ -854,9 +858,9 @@ func (d *dispatcher) fatalErr() error {
 
 // flowAllLocked applies MaxInFlight: the subscription's partitions pause once it holds maxAll
 // records and resume once it has drained to half, or, with room left under maxAll, as soon as a
-// partition starves: records wait in its backlog and it holds none. Records held elsewhere (a
-// blocked head, a long retry backoff) may keep the subscription above half for good; they must not
-// stop the partitions that hold nothing (DESIGN §3.6).
+// partition starves (records wait in its backlog and it holds none) or holdMax after the pause
+// began. Records held elsewhere (a blocked head, a long retry backoff) may keep the subscription
+// above half for good; they must not stop the other partitions while there is room (DESIGN §3.6).
 func (d *dispatcher) flowAllLocked() {
 	if d.maxAll <= 0 {
 		return
@@ -864,6 +868,11 @@ func (d *dispatcher) flowAllLocked() {
 	switch {
 	case !d.allPaused && d.held >= d.maxAll:
 		d.allPaused = true
+		if d.allTimer == nil {
+			d.allTimer = time.AfterFunc(holdMax, d.allPauseExpired)
+		} else {
+			d.allTimer.Reset(holdMax)
+		}
 	case d.allPaused && (d.held <= d.maxAll/2 || d.held < d.maxAll && d.starvingLocked()):
 		d.allPaused = false
 	case !d.allPaused && d.backlogged > 0:
@@ -881,6 +890,25 @@ func (d *dispatcher) flowAllLocked() {
 	}
 	for _, ps := range d.parts {
 		d.flowLocked(ps)
+	}
+}
+
+// allPauseExpired lifts a subscription-wide pause that has lasted holdMax while the subscription
+// holds fewer than maxAll records (whatever holds it above half is not draining), or looks again
+// holdMax later. So partitions that hold little, and may have nothing polled yet (the poll loop
+// waits while every partition is paused), get the room that is left.
+func (d *dispatcher) allPauseExpired() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.stopped || !d.allPaused:
+	case d.held < d.maxAll:
+		d.allPaused = false
+		for _, ps := range d.parts {
+			d.flowLocked(ps)
+		}
+	default:
+		d.allTimer.Reset(holdMax)
 	}
 }
 

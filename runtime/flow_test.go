@@ -90,6 +90,39 @@ func TestMaxInFlightDoesNotLetAStuckPartitionStopTheOthers(t *testing.T) {
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: n, 1: n, 2: n})
 }
 
+// The same stuck partition, but the others have nothing waiting when the subscription pauses: the
+// stuck partition's backlog holds the poll loop off, partition 1 drains to nothing and no partition
+// starves with a backlog. Records produced afterwards must still be polled and handled: the pause
+// is lifted holdMax (100 ms) after it began, as there is room under MaxInFlight.
+func TestMaxInFlightLetsRecordsProducedLaterPastAStuckPartition(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 3))
+	values := func(p, n int) []string {
+		v := make([]string, n)
+		for i := range v {
+			v[i] = fmt.Sprint(p, "-", i)
+		}
+		return v
+	}
+	c.ProduceValues(t, "in", 0, values(0, 100)...)
+	c.ProduceValues(t, "in", 1, values(1, 10)...)
+	release := make(chan struct{})
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if r := d.Record(); r.Partition == 0 && r.Offset == 0 {
+				return await(ctx, release)
+			}
+			return nil
+		}), runtime.Workers(3), runtime.MaxInFlightPerPartition(20), runtime.MaxInFlight(30))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 0, 1: 10})
+	c.ProduceValues(t, "in", 2, values(2, 5)...)
+	c.ProduceValues(t, "in", 1, values(1, 5)...)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 0, 1: 15, 2: 5}) // nothing passes the stuck record
+	close(release)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 100, 1: 15, 2: 5})
+}
+
 // Shutdown drains running handlers within its ctx; only past that bound is a handler's ctx
 // cancelled, and the unfinished record is not committed, in every mode: a handler that returns
 // its cancelled ctx's error did not finish, so it is neither a refused retry that Auto commits past

@@ -106,8 +106,15 @@ func (a *App) stopAll(ctx context.Context) error {
 	}
 	// 3. flush the producer (FlushTimeout): replies and publishes are acknowledged first
 	flushErr := a.prod.close()
-	// 4. final marks and commit, with their own bound
+	// 4. final marks and commit, with their own bound, once the committer has stopped: a periodic
+	// commit of manual partitions must not take the positions the final one commits
 	var errs []error
+	for _, c := range cs {
+		close(c.stopComm)
+		if c.commDone != nil {
+			<-c.commDone // bounded: a periodic commit has its own 5 s bound
+		}
+	}
 	for _, c := range cs {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		c.finalMarks(c.d.owned())
@@ -124,7 +131,6 @@ func (a *App) stopAll(ctx context.Context) error {
 		} else {
 			c.cl.CloseAllowingRebalance()
 		}
-		close(c.stopComm)
 		c.wg.Wait()
 		c.cutWork(errShutdownBound)
 	}

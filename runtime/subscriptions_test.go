@@ -2,8 +2,10 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/tidemark-io/tidemark/runtime"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Manual partitions have no group membership: they start from the named group's committed offsets
@@ -78,6 +81,48 @@ func TestManualPartitionsShutdownReportsAFailedFinalCommit(t *testing.T) {
 	require.ErrorContains(t, err, `tidemark: Partitions("in", [0]): final commit: tidemark: commit of manual partitions to group "manual": `)
 	require.Positive(t, fault.Hits())
 	require.Empty(t, c.Committed(t, "manual", "in"))
+}
+
+// Shutdown stops the committer before its final commit: a periodic commit of a manual Auto
+// subscription, in flight when Shutdown begins (held here until then, and failed), must not take
+// the positions the final commit needs. The final commit commits them (before, it found nothing
+// pending, Shutdown returned nil and the offsets stayed uncommitted).
+func TestManualAutoFinalCommitIsNotTakenByAPeriodicOne(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	var s seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Partitions("in", 0).Group("manual").Commit(runtime.Auto),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			s.add(string(d.Record().Value), d.Attempt())
+			return nil
+		}), runtime.RetryToSource())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(ctx))
+	caught, held := make(chan struct{}), make(chan struct{})
+	var release sync.Once
+	defer release.Do(func() { close(held) })
+	first := true // the control runs in kfake's one goroutine
+	c.Kfake().ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !first {
+			c.Kfake().DropControl()
+			return nil, nil, false
+		}
+		first = false
+		c.Kfake().KeepControl()
+		close(caught)
+		c.Kfake().SleepControl(func() { <-held }) // the periodic commit stays in flight
+		return nil, errors.New("the periodic commit fails"), true
+	})
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	eventually(t, func() bool { return s.len() == 3 }, "3 records not handled")
+	waitClosed(t, caught, "no periodic commit") // the committer's tick (every second) sent offset 3
+	shut := make(chan error, 1)
+	go func() { shut <- app.Shutdown(ctx) }()
+	eventually(t, func() bool { st, _ := app.State(); return st == runtime.StateShuttingDown }, "Shutdown never began")
+	release.Do(func() { close(held) })
+	require.NoError(t, <-shut)
+	require.Equal(t, map[int32]int64{0: 3}, c.Committed(t, "manual", "in"))
 }
 
 // A pattern subscription is ready once metadata has loaded even if nothing matches, and picks up a
