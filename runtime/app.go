@@ -236,7 +236,7 @@ func (a *App) closedErr() error {
 func (a *App) Run(ctx context.Context) error {
 	if err := a.Start(ctx); err != nil {
 		if !errors.Is(err, ErrStarted) {
-			<-a.stopped // a failed Start, or one a Shutdown ended: that shutdown finishes first
+			a.waitStopped() // a failed Start, or one a Shutdown ended: that shutdown finishes first
 		}
 		return err
 	}
@@ -248,8 +248,14 @@ func (a *App) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.shutdownTimeout)
 	defer cancel()
 	_ = a.Shutdown(sctx)
-	<-a.stopped // when another shutdown was first, Shutdown returned at sctx's end: wait for it
+	a.waitStopped() // when another shutdown was first, Shutdown returned at sctx's end: wait for it
 	return errors.Join(a.fatalError(), a.shutdownErr)
+}
+
+// waitStopped returns once the App has stopped and its supervisor has returned.
+func (a *App) waitStopped() {
+	<-a.stopped
+	<-a.supDoneOrNil()
 }
 
 // fail records the first fatal error and starts a graceful shutdown.

@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	goruntime "runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -305,6 +307,23 @@ func TestRunEndedByShutdownDuringStartReturnsAfterIt(t *testing.T) {
 	case <-app.Done():
 	default:
 		t.Fatal("Run returned before the Shutdown had finished")
+	}
+}
+
+// Run after a Start that failed (a missing topic) returns only once every goroutine Start began
+// has returned: the supervisor included (it waits for Start, then finds the shutdown done).
+func TestRunAfterAFailedStartLeavesNoGoroutine(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("other", 1))
+	for i := range 10 {
+		app := runtime.New(appOpts(c)...)
+		runtime.Handle(app, runtime.Topic("missing").Group("g"), ack)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := app.Run(ctx)
+		cancel()
+		require.ErrorContains(t, err, `topic "missing" does not exist`)
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:goruntime.Stack(buf, true)])
+		require.False(t, strings.Contains(stacks, "tidemark/runtime.(*App).supervise"), "run %d: Run returned with the supervisor running", i)
 	}
 }
 

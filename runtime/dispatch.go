@@ -857,10 +857,11 @@ func (d *dispatcher) fatalErr() error {
 }
 
 // flowAllLocked applies MaxInFlight: the subscription's partitions pause once it holds maxAll
-// records and resume once it has drained to half, or, with room left under maxAll, as soon as a
-// partition starves (records wait in its backlog and it holds none) or holdMax after the pause
-// began. Records held elsewhere (a blocked head, a long retry backoff) may keep the subscription
-// above half for good; they must not stop the other partitions while there is room (DESIGN §3.6).
+// records and resume once it has drained to half, or, with room left under maxAll, holdMax after
+// the pause began (allPauseExpired). Records held elsewhere (a blocked head, a long retry backoff)
+// may keep the subscription above half for good; they must not stop the other partitions while
+// there is room (DESIGN §3.6). Lifting the pause sooner, at each record of room, made every
+// partition pause and resume per record at the bound.
 func (d *dispatcher) flowAllLocked() {
 	if d.maxAll <= 0 {
 		return
@@ -873,7 +874,7 @@ func (d *dispatcher) flowAllLocked() {
 		} else {
 			d.allTimer.Reset(holdMax)
 		}
-	case d.allPaused && (d.held <= d.maxAll/2 || d.held < d.maxAll && d.starvingLocked()):
+	case d.allPaused && d.held <= d.maxAll/2:
 		d.allPaused = false
 	case !d.allPaused && d.backlogged > 0:
 		// Room in the subscription, freed by any partition: offer it to the backlogs, which are
@@ -896,33 +897,24 @@ func (d *dispatcher) flowAllLocked() {
 // allPauseExpired lifts a subscription-wide pause that has lasted holdMax while the subscription
 // holds fewer than maxAll records (whatever holds it above half is not draining), or looks again
 // holdMax later. So partitions that hold little, and may have nothing polled yet (the poll loop
-// waits while every partition is paused), get the room that is left.
+// waits while every partition is paused), get the room that is left: the backlogs are admitted,
+// idle lanes woken, the poll loop let go (resumeLocked), and the pause set again at the bound.
 func (d *dispatcher) allPauseExpired() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
 	case d.stopped || !d.allPaused:
 	case d.held < d.maxAll:
+		ready := d.readyLen()
 		d.allPaused = false
 		for _, ps := range d.parts {
 			d.flowLocked(ps)
 		}
+		d.flowAllLocked()
+		d.wakeLanesLocked(ready)
 	default:
 		d.allTimer.Reset(holdMax)
 	}
-}
-
-// starvingLocked reports whether a partition holds no record while records wait in its backlog.
-func (d *dispatcher) starvingLocked() bool {
-	if d.backlogged == 0 {
-		return false
-	}
-	for _, ps := range d.parts {
-		if ps.held == 0 && len(ps.backlog) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // delayLocked pauses ps until until (a retry copy on it is not due before then) and resumes it

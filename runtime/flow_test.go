@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -61,11 +62,11 @@ func TestMaxInFlightPausesEveryPartition(t *testing.T) {
 
 // Under MaxInFlight, a partition whose head is stuck (a blocked handler, a long retry backoff)
 // keeps its records held, here 20 of the subscription's 30: more than half, so the subscription
-// never drains to half. The partitions that hold nothing must still get records while there is
-// room: a starving partition lifts the subscription's pause (DESIGN §3.6, ByPartition runs
-// partitions in parallel).
+// never drains to half. The other partitions must still get records while there is room: the
+// subscription's pause lifts 100 ms after it began (DESIGN §3.6, ByPartition runs partitions in
+// parallel).
 func TestMaxInFlightDoesNotLetAStuckPartitionStopTheOthers(t *testing.T) {
-	const n = 200
+	const n = 60
 	c := kfaketest.New(t, kfaketest.Topic("in", 3))
 	for p := range int32(3) {
 		vals := make([]string, n)
@@ -121,6 +122,77 @@ func TestMaxInFlightLetsRecordsProducedLaterPastAStuckPartition(t *testing.T) {
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 0, 1: 15, 2: 5}) // nothing passes the stuck record
 	close(release)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 100, 1: 15, 2: 5})
+}
+
+// A MaxInFlight pause lifted by its timer admits records from a backlog, and a lane must run them
+// at once. Here every lane is idle when the timer fires: partition 0's 20 records and partition
+// 1's offset 0 wait for a 30 s backoff (21 held, above half of 30, so only the timer lifts the
+// pause), and partition 1's later records wait in its backlog. They are handled up to partition
+// 1's own bound (its tracker's span from offset 0: offsets 1-19) long before the backoff ends.
+func TestMaxInFlightPauseLiftedByItsTimerWakesALane(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	for p := range int32(2) {
+		vals := make([]string, 100)
+		for i := range vals {
+			vals[i] = fmt.Sprint(p, "-", i)
+		}
+		c.ProduceValues(t, "in", p, vals...)
+	}
+	var s seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			if r := d.Record(); d.Attempt() == 1 && (r.Partition == 0 || r.Offset == 0) {
+				return errors.New("later") // retried in place after 30 s
+			}
+			if d.Record().Partition == 1 {
+				s.add(string(d.Record().Value), d.Attempt())
+			}
+			return nil
+		}), runtime.Unordered, runtime.Workers(2), runtime.MaxInFlightPerPartition(20), runtime.MaxInFlight(30),
+		runtime.Backoff(func(int, error) time.Duration { return 30 * time.Second }))
+	start(t, app)
+	eventually(t, func() bool { return s.len() == 19 }, "partition 1's offsets 1-19 were not handled: %d", s.len())
+}
+
+// At its MaxInFlight bound under steady load, a subscription pauses and resumes its partitions at
+// the bound and at half of it (or after the 100 ms timer): a few pauses per MaxInFlight/2 records,
+// not one per record. 16 partitions × 300 records, Unordered, MaxInFlight(64), a 200 µs handler:
+// fewer pauses than a quarter of the records (pausing at each record of room made more pauses
+// than records).
+func TestMaxInFlightAtItsBoundDoesNotPausePerRecord(t *testing.T) {
+	const parts, per, maxAll = 16, 300, 64
+	c := kfaketest.New(t, kfaketest.Topic("in", parts))
+	for p := range int32(parts) {
+		vals := make([]string, per)
+		for i := range vals {
+			vals[i] = fmt.Sprint(p, "-", i)
+		}
+		c.ProduceValues(t, "in", p, vals...)
+	}
+	obs := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error {
+			for end := time.Now().Add(200 * time.Microsecond); time.Now().Before(end); { // busy, not asleep
+			}
+			return nil
+		}), runtime.Workers(8), runtime.Unordered, runtime.MaxInFlight(maxAll))
+	start(t, app)
+	want := map[int32]int64{}
+	for p := range int32(parts) {
+		want[p] = per
+	}
+	c.WaitCommitted(t, "g", "in", want)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	pauses := 0
+	for _, e := range obs.paused {
+		if e.Paused {
+			pauses++
+		}
+	}
+	require.Less(t, pauses, parts*per/4, "partition pauses for %d records", parts*per)
 }
 
 // Shutdown drains running handlers within its ctx; only past that bound is a handler's ctx

@@ -107,9 +107,8 @@ func MaxInFlightPerPartition(n int) HandleOption {
 }
 
 // MaxInFlight bounds the records the whole subscription may hold; at the bound all its partitions
-// are paused until it has drained to half, or, below the bound, until a partition holds no record
-// while records wait for it, or 100 ms have passed: records held behind a stuck head stop no other
-// partition while they are fewer than n. Give n room for more than one partition's
+// are paused until it has drained to half, or, below the bound, until 100 ms have passed: records
+// held behind a stuck head stop no other partition while they are fewer than n. Give n room for more than one partition's
 // MaxInFlightPerPartition, or one stuck partition can hold all of it. 0 (the default) means no bound beyond the per-partition
 // one; a negative n fails Start with a *ConfigError naming MaxInFlight.
 func MaxInFlight(n int) HandleOption {
