@@ -627,8 +627,7 @@ func TestTransactionalFailedCopyCountsTheAttempt(t *testing.T) {
 	c.ProduceValues(t, "in", 0, "x")
 	fault := c.FailProduce("in", 1, kerr.InvalidRecord) // the first copy
 	var s seen
-	var app *runtime.App
-	app = txnApp(c, "tx-copy", func(*runtime.App) runtime.Handler {
+	app := txnApp(c, "tx-copy", func(*runtime.App) runtime.Handler {
 		return runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
 			s.add(string(d.Record().Value), d.Attempt())
 			return errors.New("always")
