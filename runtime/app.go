@@ -145,8 +145,10 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	base := context.WithoutCancel(ctx)
 	ctx, cancel := context.WithCancelCause(ctx) // ended by a Shutdown or a fatal error too
-	defer cancel(nil)
+	watched := make(chan struct{})
+	defer func() { cancel(nil); <-watched }() // nothing of Start's is left when it returns
 	go func() {
+		defer close(watched)
 		select {
 		case <-a.stopping:
 			cancel(ErrClosed)
@@ -282,7 +284,11 @@ func (a *App) supervise() {
 	defer close(a.supDone)
 	select {
 	case <-a.fatal:
-		<-a.startDone // a Start that the error ended shuts down itself
+		select {
+		case <-a.startDone:
+		case <-a.stopping: // a Start that the error ended is shutting down itself: it waits for this return
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.shutdownTimeout)
 		defer cancel()
 		_ = a.shutdown(ctx, callerSupervisor)

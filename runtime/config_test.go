@@ -321,9 +321,42 @@ func TestRunAfterAFailedStartLeavesNoGoroutine(t *testing.T) {
 		err := app.Run(ctx)
 		cancel()
 		require.ErrorContains(t, err, `topic "missing" does not exist`)
-		buf := make([]byte, 1<<20)
-		stacks := string(buf[:goruntime.Stack(buf, true)])
-		require.False(t, strings.Contains(stacks, "tidemark/runtime.(*App).supervise"), "run %d: Run returned with the supervisor running", i)
+		require.Empty(t, tidemarkGoroutines(), "run %d: left running after Run returned", i)
+	}
+}
+
+// tidemarkGoroutines returns the stacks of the live goroutines running the runtime package's code,
+// the tests' excepted.
+func tidemarkGoroutines() []string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:goruntime.Stack(buf, true)]
+	var out []string
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "tidemark/runtime.") && !strings.Contains(g, "runtime_test.") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// A Start that failed (a missing topic) has stopped everything it began when it returns, the
+// supervisor included: Done is closed and no goroutine of the App is left; a later Shutdown
+// returns its result at once.
+func TestAFailedStartLeavesNothingRunning(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("other", 1))
+	for i := range 20 {
+		app := runtime.New(appOpts(c)...)
+		runtime.Handle(app, runtime.Topic("missing").Group("g"), ack)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		require.ErrorContains(t, app.Start(ctx), `topic "missing" does not exist`)
+		select {
+		case <-app.Done():
+		default:
+			t.Fatalf("run %d: Done is not closed after the failed Start returned", i)
+		}
+		require.Empty(t, tidemarkGoroutines(), "run %d: left running after the failed Start", i)
+		require.NoError(t, app.Shutdown(ctx))
+		cancel()
 	}
 }
 

@@ -602,6 +602,7 @@ func (d *dispatcher) unpark(it *item) {
 func (d *dispatcher) detach(tps map[string][]int32) []*partState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer d.wakeLanesLocked(d.readyLen()) // what the others admit with the room the revoke freed
 	var out []*partState
 	for topic, parts := range tps {
 		for _, p := range parts {

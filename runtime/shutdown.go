@@ -49,6 +49,7 @@ func (a *App) shutdown(ctx context.Context, by caller) error {
 		}
 		select {
 		case <-a.stopped:
+			<-a.supDoneOrNil() // the supervisor returns right after a shutdown it ran
 			return a.shutdownErr
 		case <-ctx.Done():
 			return ctx.Err()
@@ -59,7 +60,7 @@ func (a *App) shutdown(ctx context.Context, by caller) error {
 		<-a.startDone // then every consumer it made is in a.consumers, and none is being started
 	}
 	a.shutdownErr = a.stopAll(ctx)
-	if by == callerUser { // the supervisor waits for Start, which waits for this shutdown
+	if by != callerSupervisor { // it returns once stopping is closed, unless it runs the shutdown
 		<-a.supDoneOrNil()
 	}
 	if a.fatalError() == nil {
