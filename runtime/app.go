@@ -111,7 +111,8 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // called twice, and ErrClosed on an App that Shutdown stopped before it started (DESIGN §3.10). A
 // producer opened by a Publish before a Start that fails validation is closed (bounded by
 // FlushTimeout); what it did not flush joins the configuration errors (ErrUnflushed). A Shutdown
-// called while Start runs ends it: Start returns ErrClosed and Shutdown stops what it started.
+// called while Start runs ends it: Start returns ErrClosed (or the fatal error that ended it) and
+// that Shutdown stops what Start began.
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
 	if a.state != StateNew {

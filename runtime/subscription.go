@@ -59,7 +59,11 @@ type StartOffset uint8
 const (
 	// Earliest starts at the log start offset (the default).
 	Earliest StartOffset = iota
-	// Latest starts at the high watermark: only records produced after the start.
+	// Latest starts at the high watermark as franz-go lists it when it first fetches the partition,
+	// shortly after Start returns (Start returns at the first assignment): records produced before
+	// that listing are skipped, even some produced just after Start returned. Where no record
+	// after a point in time may be missed, start Earliest from a new group, or commit the group's
+	// offsets (kadm) before the first start.
 	Latest
 )
 
