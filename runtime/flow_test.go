@@ -15,17 +15,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// partValues returns n values "p-0" … "p-(n-1)" for partition p.
+func partValues(p int32, n int) []string {
+	v := make([]string, n)
+	for i := range v {
+		v[i] = fmt.Sprint(p, "-", i)
+	}
+	return v
+}
+
+// produceParts produces n values (partValues) to each of topic's first parts partitions.
+func produceParts(t *testing.T, c *kfaketest.Cluster, topic string, parts int32, n int) {
+	t.Helper()
+	for p := range parts {
+		c.ProduceValues(t, topic, p, partValues(p, n)...)
+	}
+}
+
 // MaxInFlight bounds what a whole subscription holds: at the bound every partition is paused, and
 // what is polled beyond it waits in the partitions' backlogs (DESIGN §3.6).
 func TestMaxInFlightPausesEveryPartition(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 2))
-	for p := range int32(2) {
-		vals := make([]string, 30)
-		for i := range vals {
-			vals[i] = fmt.Sprint(p, "-", i)
-		}
-		c.ProduceValues(t, "in", p, vals...)
-	}
+	produceParts(t, c, "in", 2, 30)
 	release := make(chan struct{})
 	var s seen
 	obs := &observer{}
@@ -68,13 +79,7 @@ func TestMaxInFlightPausesEveryPartition(t *testing.T) {
 func TestMaxInFlightDoesNotLetAStuckPartitionStopTheOthers(t *testing.T) {
 	const n = 60
 	c := kfaketest.New(t, kfaketest.Topic("in", 3))
-	for p := range int32(3) {
-		vals := make([]string, n)
-		for i := range vals {
-			vals[i] = fmt.Sprint(p, "-", i)
-		}
-		c.ProduceValues(t, "in", p, vals...)
-	}
+	produceParts(t, c, "in", 3, n)
 	release := make(chan struct{})
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
@@ -97,15 +102,8 @@ func TestMaxInFlightDoesNotLetAStuckPartitionStopTheOthers(t *testing.T) {
 // is lifted holdMax (100 ms) after it began, as there is room under MaxInFlight.
 func TestMaxInFlightLetsRecordsProducedLaterPastAStuckPartition(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 3))
-	values := func(p, n int) []string {
-		v := make([]string, n)
-		for i := range v {
-			v[i] = fmt.Sprint(p, "-", i)
-		}
-		return v
-	}
-	c.ProduceValues(t, "in", 0, values(0, 100)...)
-	c.ProduceValues(t, "in", 1, values(1, 10)...)
+	c.ProduceValues(t, "in", 0, partValues(0, 100)...)
+	c.ProduceValues(t, "in", 1, partValues(1, 10)...)
 	release := make(chan struct{})
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
@@ -117,8 +115,8 @@ func TestMaxInFlightLetsRecordsProducedLaterPastAStuckPartition(t *testing.T) {
 		}), runtime.Workers(3), runtime.MaxInFlightPerPartition(20), runtime.MaxInFlight(30))
 	start(t, app)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 0, 1: 10})
-	c.ProduceValues(t, "in", 2, values(2, 5)...)
-	c.ProduceValues(t, "in", 1, values(1, 5)...)
+	c.ProduceValues(t, "in", 2, partValues(2, 5)...)
+	c.ProduceValues(t, "in", 1, partValues(1, 5)...)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 0, 1: 15, 2: 5}) // nothing passes the stuck record
 	close(release)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 100, 1: 15, 2: 5})
@@ -131,13 +129,7 @@ func TestMaxInFlightLetsRecordsProducedLaterPastAStuckPartition(t *testing.T) {
 // 1's own bound (its tracker's span from offset 0: offsets 1-19) long before the backoff ends.
 func TestMaxInFlightPauseLiftedByItsTimerWakesALane(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 2))
-	for p := range int32(2) {
-		vals := make([]string, 100)
-		for i := range vals {
-			vals[i] = fmt.Sprint(p, "-", i)
-		}
-		c.ProduceValues(t, "in", p, vals...)
-	}
+	produceParts(t, c, "in", 2, 100)
 	var s seen
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
@@ -163,13 +155,7 @@ func TestMaxInFlightPauseLiftedByItsTimerWakesALane(t *testing.T) {
 func TestMaxInFlightAtItsBoundDoesNotPausePerRecord(t *testing.T) {
 	const parts, per, maxAll = 16, 300, 64
 	c := kfaketest.New(t, kfaketest.Topic("in", parts))
-	for p := range int32(parts) {
-		vals := make([]string, per)
-		for i := range vals {
-			vals[i] = fmt.Sprint(p, "-", i)
-		}
-		c.ProduceValues(t, "in", p, vals...)
-	}
+	produceParts(t, c, "in", parts, per)
 	obs := &observer{}
 	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),

@@ -2,7 +2,6 @@ package runtime_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,13 +90,7 @@ func (p pinPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment {
 func TestARevokeUnderMaxInFlightWakesLanesForWhatItFrees(t *testing.T) {
 	const n = 3000
 	c := kfaketest.New(t, kfaketest.Topic("in", 2))
-	for p := range int32(2) {
-		vals := make([]string, n)
-		for i := range vals {
-			vals[i] = fmt.Sprint(p, "-", i)
-		}
-		c.ProduceValues(t, "in", p, vals...)
-	}
+	produceParts(t, c, "in", 2, n)
 	var handled1 atomic.Int64
 	var drainEnded atomic.Bool
 	obs := &observer{}

@@ -59,15 +59,13 @@ func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
 	}
 }
 
-// A manual subscription's failed final commit is Shutdown's error, as a group subscription's is
-// (operations.md, shutdown step 4): nothing committed, nothing reported as done.
-func TestManualPartitionsShutdownReportsAFailedFinalCommit(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	c.ProduceValues(t, "in", 0, "a", "b", "c")
-	fault := c.FailCommit("manual", -1, kerr.CoordinatorNotAvailable) // every commit, periodic ones too
-	var s seen
+// startManualSeen starts an App with one Partitions("in", 0) subscription in group "manual" and
+// mode, whose handler records what it sees. The test shuts the App down itself.
+func startManualSeen(t *testing.T, c *kfaketest.Cluster, mode runtime.CommitMode) (*runtime.App, *seen) {
+	t.Helper()
+	s := &seen{}
 	app := runtime.New(appOpts(c)...)
-	runtime.Handle(app, runtime.Partitions("in", 0).Group("manual").Commit(runtime.Tracked),
+	runtime.Handle(app, runtime.Partitions("in", 0).Group("manual").Commit(mode),
 		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
 			s.add(string(d.Record().Value), d.Attempt())
 			return nil
@@ -75,7 +73,19 @@ func TestManualPartitionsShutdownReportsAFailedFinalCommit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, app.Start(ctx))
+	return app, s
+}
+
+// A manual subscription's failed final commit is Shutdown's error, as a group subscription's is
+// (operations.md, shutdown step 4): nothing committed, nothing reported as done.
+func TestManualPartitionsShutdownReportsAFailedFinalCommit(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	fault := c.FailCommit("manual", -1, kerr.CoordinatorNotAvailable) // every commit, periodic ones too
+	app, s := startManualSeen(t, c, runtime.Tracked)
 	eventually(t, func() bool { return s.len() == 3 }, "3 records not handled")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	err := app.Shutdown(ctx)
 	require.ErrorIs(t, err, kerr.CoordinatorNotAvailable)
 	require.ErrorContains(t, err, `tidemark: Partitions("in", [0]): final commit: tidemark: commit of manual partitions to group "manual": `)
@@ -89,16 +99,9 @@ func TestManualPartitionsShutdownReportsAFailedFinalCommit(t *testing.T) {
 // pending, Shutdown returned nil and the offsets stayed uncommitted).
 func TestManualAutoFinalCommitIsNotTakenByAPeriodicOne(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	var s seen
-	app := runtime.New(appOpts(c)...)
-	runtime.Handle(app, runtime.Partitions("in", 0).Group("manual").Commit(runtime.Auto),
-		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-			s.add(string(d.Record().Value), d.Attempt())
-			return nil
-		}), runtime.RetryToSource())
+	app, s := startManualSeen(t, c, runtime.Auto)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	require.NoError(t, app.Start(ctx))
 	caught, held := make(chan struct{}), make(chan struct{})
 	var release sync.Once
 	defer release.Do(func() { close(held) })
