@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"testing"
@@ -33,10 +32,7 @@ func TestAckAllCommitsHighWatermarkAndRestartSeesOnlyNewRecords(t *testing.T) {
 
 				var first seen
 				app := runtime.New(appOpts(c)...)
-				runtime.Handle(app, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-					first.add(string(d.Record().Value), d.Attempt())
-					return nil
-				}), runtime.Workers(3))
+				runtime.Handle(app, sub, first.handler(), runtime.Workers(3))
 				start(t, app)
 				c.WaitCommitted(t, "g", "in", want)
 				stop(t, app)
@@ -48,10 +44,7 @@ func TestAckAllCommitsHighWatermarkAndRestartSeesOnlyNewRecords(t *testing.T) {
 
 				var second seen
 				app2 := runtime.New(appOpts(c)...)
-				runtime.Handle(app2, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-					second.add(string(d.Record().Value), d.Attempt())
-					return nil
-				}))
+				runtime.Handle(app2, sub, second.handler())
 				start(t, app2)
 				var sentinels []string
 				for p := range parts {

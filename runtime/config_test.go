@@ -264,10 +264,7 @@ func TestShutdownDuringStartStopsWhatStartStarted(t *testing.T) {
 	var s seen
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
-		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-			s.add(string(d.Record().Value), d.Attempt())
-			return nil
-		}))
+		s.handler())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	started := make(chan error, 1)
@@ -310,21 +307,6 @@ func TestRunEndedByShutdownDuringStartReturnsAfterIt(t *testing.T) {
 	}
 }
 
-// Run after a Start that failed (a missing topic) returns only once every goroutine Start began
-// has returned: the supervisor included (it waits for Start, then finds the shutdown done).
-func TestRunAfterAFailedStartLeavesNoGoroutine(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("other", 1))
-	for i := range 10 {
-		app := runtime.New(appOpts(c)...)
-		runtime.Handle(app, runtime.Topic("missing").Group("g"), ack)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := app.Run(ctx)
-		cancel()
-		require.ErrorContains(t, err, `topic "missing" does not exist`)
-		require.Empty(t, tidemarkGoroutines(), "run %d: left running after Run returned", i)
-	}
-}
-
 // tidemarkGoroutines returns the stacks of the live goroutines running the runtime package's code,
 // the tests' excepted.
 func tidemarkGoroutines() []string {
@@ -341,22 +323,29 @@ func tidemarkGoroutines() []string {
 
 // A Start that failed (a missing topic) has stopped everything it began when it returns, the
 // supervisor included: Done is closed and no goroutine of the App is left; a later Shutdown
-// returns its result at once.
+// returns its result at once. Run after such a Start likewise returns only once all of it has
+// returned (the supervisor waits for Start, then finds the shutdown done).
 func TestAFailedStartLeavesNothingRunning(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("other", 1))
-	for i := range 20 {
-		app := runtime.New(appOpts(c)...)
-		runtime.Handle(app, runtime.Topic("missing").Group("g"), ack)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		require.ErrorContains(t, app.Start(ctx), `topic "missing" does not exist`)
-		select {
-		case <-app.Done():
-		default:
-			t.Fatalf("run %d: Done is not closed after the failed Start returned", i)
+	for _, via := range []string{"Start", "Run"} {
+		for i := range 15 {
+			app := runtime.New(appOpts(c)...)
+			runtime.Handle(app, runtime.Topic("missing").Group("g"), ack)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			run := app.Start
+			if via == "Run" {
+				run = app.Run
+			}
+			require.ErrorContains(t, run(ctx), `topic "missing" does not exist`)
+			select {
+			case <-app.Done():
+			default:
+				t.Fatalf("%s %d: Done is not closed after the failed start returned", via, i)
+			}
+			require.Empty(t, tidemarkGoroutines(), "%s %d: left running after the failed start", via, i)
+			require.NoError(t, app.Shutdown(ctx))
+			cancel()
 		}
-		require.Empty(t, tidemarkGoroutines(), "run %d: left running after the failed Start", i)
-		require.NoError(t, app.Shutdown(ctx))
-		cancel()
 	}
 }
 

@@ -64,10 +64,7 @@ func TestStartLatestSkipsTheBacklog(t *testing.T) {
 	var s seen
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Start(runtime.Latest),
-		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-			s.add(string(d.Record().Value), d.Attempt())
-			return nil
-		}))
+		s.handler())
 	start(t, app)
 	// The start offset is resolved after the assignment, so produce until one new record is seen.
 	eventually(t, func() bool {

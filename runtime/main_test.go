@@ -63,6 +63,14 @@ type seen struct {
 	atts []int
 }
 
+// handler returns a Handler that records each record's value and attempt in s and acks it.
+func (s *seen) handler() runtime.Handler {
+	return runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+		s.add(string(d.Record().Value), d.Attempt())
+		return nil
+	})
+}
+
 func (s *seen) add(v string, attempt int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

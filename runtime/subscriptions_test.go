@@ -46,10 +46,7 @@ func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
 			c.ProduceValues(t, "in", 1, "b2")
 			var s2 seen
 			app2 := runtime.New(appOpts(c)...)
-			runtime.Handle(app2, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-				s2.add(string(d.Record().Value), d.Attempt())
-				return nil
-			}), runtime.RetryToSource())
+			runtime.Handle(app2, sub, s2.handler(), runtime.RetryToSource())
 			start(t, app2)
 			eventually(t, func() bool { return s2.len() == 1 }, "the new record not handled")
 			stop(t, app2)
@@ -66,10 +63,7 @@ func startManualSeen(t *testing.T, c *kfaketest.Cluster, mode runtime.CommitMode
 	s := &seen{}
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Partitions("in", 0).Group("manual").Commit(mode),
-		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-			s.add(string(d.Record().Value), d.Attempt())
-			return nil
-		}), runtime.RetryToSource())
+		s.handler(), runtime.RetryToSource())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, app.Start(ctx))

@@ -116,10 +116,7 @@ func TestTransactionMarkersNeverReachHandlersAndLagReachesZero(t *testing.T) {
 			obs := &observer{}
 			app := runtime.New(appOpts(c, runtime.Observe(obs))...)
 			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(mode),
-				runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-					s.add(string(d.Record().Value), d.Attempt())
-					return nil
-				}))
+				s.handler())
 			start(t, app)
 			c.WaitCommitted(t, "g", "in", hwm)
 			require.Equal(t, []string{"c1", "c2", "c3", "c4"}, s.values())
