@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/batch"
-	"github.com/tidemark-io/tidemark/retry"
 )
 
 // A BatchHandler processes a batch of records from one subscription and returns one error per
@@ -90,13 +89,14 @@ var errShortBatch = fmt.Errorf("tidemark: the batch handler returned no result f
 
 // handleBatch runs one batch through the batch handler and settles every element (DESIGN §3.5).
 func (c *consumer) handleBatch(items []*item) {
-	work := items[:0:0]
+	work, attempts := items[:0:0], make([]int, 0, len(items))
 	for _, it := range items {
-		if it.control || it.foreign || c.txnSpent(it) != nil {
+		attempt, spent := c.attempt(it)
+		if it.control || it.foreign || spent != nil {
 			c.handle(it, nil) // settled without the handler
 			continue
 		}
-		work = append(work, it)
+		work, attempts = append(work, it), append(attempts, attempt)
 	}
 	if len(work) == 0 {
 		return
@@ -104,7 +104,7 @@ func (c *consumer) handleBatch(items []*item) {
 	ds := make([]*Delivery, len(work))
 	evs := make([]SettledEvent, len(work))
 	for i, it := range work {
-		attempt := retry.Count(it.rec) + int(it.inPlace) + c.txnTries(it) + 1
+		attempt := attempts[i]
 		ds[i] = &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
 		evs[i] = SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.rec.Offset,
 			Generation: it.ps.gen, Attempt: attempt}

@@ -81,10 +81,11 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		c.settle(it, &ev)
 		return
 	}
-	ev.Attempt = retry.Count(it.rec) + int(it.inPlace) + c.txnTries(it) + 1
-	if cause := c.txnSpent(it); cause != nil { // spent in an aborted window: settled without the handler (DESIGN §3.4)
-		ev.Attempt-- // as its last delivery, the one that spent it: counted in txnTries already
-		c.resolve(it, &ev, kindRetry, cause, 0)
+	var spent error
+	ev.Attempt, spent = c.attempt(it)
+	if spent != nil { // spent in an aborted window: settled without the handler (DESIGN §3.4)
+		ev.Attempt-- // as its last delivery, the one that spent it: counted among the failed already
+		c.resolve(it, &ev, kindRetry, spent, 0)
 		return
 	}
 	if d == nil {
@@ -120,6 +121,20 @@ func (c *consumer) handle(it *item, d *Delivery) {
 	}
 	d.pubs.returned(it.win)
 	c.conclude(it, &ev, err, c.ctxOf(it), &d.pubs)
+}
+
+// attempt returns the number of it's delivery about to run (DESIGN §3.3, §3.4): its retry count
+// (copies), its in-place retries and, in the Transactional mode, its failed deliveries in aborted
+// windows, plus 1. spent is, when its attempts were spent in an aborted window, the failure of
+// the attempt that spent them (what its handler returned, or its failed publish); nil otherwise.
+func (c *consumer) attempt(it *item) (attempt int, spent error) {
+	attempt = retry.Count(it.rec) + int(it.inPlace) + 1
+	if it.win == nil {
+		return attempt, nil
+	}
+	c.txnMu.Lock()
+	defer c.txnMu.Unlock()
+	return attempt + c.txnTried[it.ps.tp][it.rec.Offset], c.txnGone[it.ps.tp][it.rec.Offset]
 }
 
 // conclude settles a handled record by the error its handler (or its batch's, for its element)

@@ -349,27 +349,6 @@ func (c *consumer) countTxnTry(it *item, spent bool, cause error) {
 	}
 }
 
-// txnTries returns how many deliveries of it's offset failed in aborted windows.
-func (c *consumer) txnTries(it *item) int {
-	if it.win == nil {
-		return 0
-	}
-	c.txnMu.Lock()
-	defer c.txnMu.Unlock()
-	return c.txnTried[it.ps.tp][it.rec.Offset]
-}
-
-// txnSpent returns, when it's offset spent its attempts in an aborted window, the failure of the
-// attempt that spent them (what its handler returned, or its failed publish); nil otherwise.
-func (c *consumer) txnSpent(it *item) error {
-	if it.win == nil {
-		return nil
-	}
-	c.txnMu.Lock()
-	defer c.txnMu.Unlock()
-	return c.txnGone[it.ps.tp][it.rec.Offset]
-}
-
 // forgetTxnTries drops the counts of offsets below the committed ones: those records are settled.
 func (c *consumer) forgetTxnTries(committed map[string]map[int32]kgo.EpochOffset) {
 	c.txnMu.Lock()
