@@ -372,11 +372,17 @@ func TestLateCompletionAfterRevokeCommitsNothing(t *testing.T) {
 	c.WaitCommitted(t, "g", "in", map[int32]int64{px: 5, py: 1})
 	require.Equal(t, []int64{1, 2, 3, 4}, bLog.offsets(px), "B's handler calls on the moved partition")
 	require.Empty(t, bLog.offsets(py))
+	// A's last commit for the moved partition is 1, and none passed it. (An earlier one may be 0:
+	// a commit tick while record 0 was still in flight marks where the partition started.)
+	var aOffsets []int64
 	for _, cm := range c.CommitLog().Of("g", "in", px) {
 		if cm.Member == memberA {
-			require.Equal(t, int64(1), cm.Offset, "A commits 1 for the moved partition, and nothing else")
+			aOffsets = append(aOffsets, cm.Offset)
 		}
 	}
+	require.NotEmpty(t, aOffsets)
+	require.Equal(t, int64(1), aOffsets[len(aOffsets)-1], "A's commits for the moved partition: %v", aOffsets)
+	require.LessOrEqual(t, slices.Max(aOffsets), int64(1), "A's commits for the moved partition: %v", aOffsets)
 
 	// B leaves: px comes back to A in a new generation while A's old handler for (px,1) still runs.
 	stop(t, appB)
