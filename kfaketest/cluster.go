@@ -28,8 +28,9 @@ const SessionTimeout = 2 * time.Second
 const RebalanceTimeout = 10 * time.Second
 
 // WaitTimeout bounds every test-form helper that waits (WaitCommitted, CommitLog.Wait,
-// Process.WaitEvents, the produce and read helpers): 10s.
-const WaitTimeout = 10 * time.Second
+// Process.WaitEvents, the produce and read helpers): 30s. A bound only waits for a condition, so a
+// long one costs nothing when the condition holds; CI machines are small and run the race detector.
+const WaitTimeout = 30 * time.Second
 
 // minSessionTimeout is the smallest session timeout the cluster accepts, so tests may go below
 // SessionTimeout with their own kgo.SessionTimeout.

@@ -211,7 +211,7 @@ func filterCommits(all []Commit, group, topic string, partition int32) []Commit 
 }
 
 // Wait blocks until cond returns true for the whole log (All), failing the test after
-// WaitTimeout (10s) with the last commits seen. cond runs each time the log grows; it must not
+// WaitTimeout (30s) with the last commits seen. cond runs each time the log grows; it must not
 // retain or modify its argument.
 func (l *CommitLog) Wait(t testing.TB, cond func([]Commit) bool) {
 	t.Helper()

@@ -85,7 +85,7 @@ var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 func sanitize(name string) string { return unsafeChars.ReplaceAllString(name, "_") }
 
 // SetTimeout sets the deadline of the Process's waits (WaitEvents, KillAfter, WaitExit),
-// overriding the default WaitTimeout (10s).
+// overriding the default WaitTimeout (30s).
 func (p *Process) SetTimeout(d time.Duration) {
 	p.mu.Lock()
 	p.timeout = d

@@ -21,7 +21,7 @@ const pollInterval = 10 * time.Millisecond
 // watermark, or the last stable offset when committed is true (reading read_committed, so
 // aborted records are skipped). Control records (transaction markers) are excluded. Records are
 // returned by partition, then offset. It fails the test if the topic does not exist or the end is
-// not reached within WaitTimeout (10s).
+// not reached within WaitTimeout (30s).
 func (c *Cluster) ReadAll(t testing.TB, topic string, committed bool) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := opCtx(t)
@@ -263,7 +263,7 @@ func (c *Cluster) committedOnce(ctx context.Context, group, topic string) (map[i
 }
 
 // WaitCommitted polls Committed until it equals want exactly (the same partitions, the same
-// offsets) and fails the test after WaitTimeout (10s), naming the last value seen.
+// offsets) and fails the test after WaitTimeout (30s), naming the last value seen.
 func (c *Cluster) WaitCommitted(t testing.TB, group, topic string, want map[int32]int64) {
 	t.Helper()
 	ctx, cancel := opCtx(t)

@@ -91,11 +91,11 @@ func startGated(t *testing.T, c *kfaketest.Cluster, mode runtime.CommitMode, opt
 	return log, obs
 }
 
-// requireAllHandled waits (3 s at most) until startGated's group has committed n on each of its 3
+// requireAllHandled waits (kfaketest.WaitTimeout at most) until startGated's group has committed n on each of its 3
 // partitions, and requires that each partition's records 0..n-1 were handled once, in order.
 func requireAllHandled(t *testing.T, c *kfaketest.Cluster, log *offsetLog, obs *takeObserver, n int64) {
 	t.Helper()
-	err := waitCommittedWithin(c, 3*time.Second, "g", "in", map[int32]int64{0: n, 1: n, 2: n})
+	err := waitCommittedWithin(c, kfaketest.WaitTimeout, "g", "in", map[int32]int64{0: n, 1: n, 2: n})
 	require.NoError(t, err, "handled per partition: %v %v %v; delivered %d",
 		log.of(0), log.of(1), log.of(2), obs.totalDelivered())
 	for p := range int32(3) {
@@ -204,7 +204,7 @@ func TestBacklogAtShutdownIsNotCommitted(t *testing.T) {
 			waitClosed(t, running, "offset 5 never ran")
 			done := make(chan error, 1)
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 				defer cancel()
 				done <- app.Shutdown(ctx)
 			}()

@@ -215,7 +215,7 @@ func TestStartChecksTopicsAndHandleAfterStartPanics(t *testing.T) {
 	runtime.Handle(app, runtime.Topic("nope"), ack)
 	runtime.Handle(app, runtime.Topic("in"),
 		runtime.JSONReply(func(context.Context, struct{}) (struct{}, error) { return struct{}{}, nil }), runtime.Reply("nope.done"))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 	err := app.Start(ctx)
 	require.ErrorContains(t, err, `tidemark: Topic("nope"): topic "nope" does not exist`)
@@ -229,7 +229,7 @@ func TestStartChecksTopicsAndHandleAfterStartPanics(t *testing.T) {
 func TestFailedStartClosesAProducerOpenedByPublish(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("out", 1))
 	app := runtime.New(appOpts(c)...)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 	require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("early")}))
 	require.Error(t, app.Start(ctx), "no subscription")
@@ -331,7 +331,7 @@ func TestAFailedStartLeavesNothingRunning(t *testing.T) {
 		for i := range 15 {
 			app := runtime.New(appOpts(c)...)
 			runtime.Handle(app, runtime.Topic("missing").Group("g"), ack)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 			run := app.Start
 			if via == "Run" {
 				run = app.Run
@@ -390,7 +390,7 @@ func TestStartFailsOnAMissingPartition(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 2))
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Partitions("in", 1, 7).Group("g"), ack, runtime.RetryToSource())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 	err := app.Start(ctx)
 	require.EqualError(t, err, `tidemark: Partitions("in", [1 7]): topic "in" has no partition 7 (it has 2)`)
@@ -403,7 +403,7 @@ func TestStartFailsOnAMissingPartition(t *testing.T) {
 // forever: Start rejects it, unless kgo.ConsumeExcludeTopics leaves the topic out.
 func TestStartRejectsAPatternThatReadsItsDeadLetterTopic(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("ev.in", 1), kfaketest.Topic("ev.dlq", 1))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 
 	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)

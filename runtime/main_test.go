@@ -48,10 +48,10 @@ func start(t *testing.T, app *runtime.App) {
 	t.Cleanup(func() { stop(t, app) })
 }
 
-// stop shuts app down (10s bound) and fails the test on an error.
+// stop shuts app down (kfaketest.WaitTimeout bound) and fails the test on an error.
 func stop(t *testing.T, app *runtime.App) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 	require.NoError(t, app.Shutdown(ctx))
 }
@@ -96,10 +96,10 @@ func (s *seen) len() int {
 	return len(s.recs)
 }
 
-// eventually waits for cond with a 10s deadline, failing with msg.
+// eventually waits for cond, up to kfaketest.WaitTimeout, failing with msg.
 func eventually(t *testing.T, cond func() bool, msg string, args ...any) {
 	t.Helper()
-	require.Eventually(t, cond, 10*time.Second, 5*time.Millisecond, append([]any{msg}, args...)...)
+	require.Eventually(t, cond, kfaketest.WaitTimeout, 5*time.Millisecond, append([]any{msg}, args...)...)
 }
 
 // observer collects the events tests assert on.

@@ -27,7 +27,7 @@ func TestPublishRoundTripsKeyValueAndHeaders(t *testing.T) {
 	app := runtime.New(appOpts(c)...)
 	consumeAndAck(app)
 	start(t, app)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 	rec := &kgo.Record{Topic: "out", Key: []byte{0, 1, 0xFF}, Value: []byte("v\x00alue"),
 		Headers: []kgo.RecordHeader{{Key: "h1", Value: []byte{0xFE}}, {Key: "h1", Value: nil}, {Key: "", Value: []byte("x")}}}
@@ -94,7 +94,7 @@ func TestShutdownReportsUnflushedRecordsAndRefusesLaterPublishes(t *testing.T) {
 	for range 5 {
 		wg.Go(func() { errs <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("stuck")}) })
 	}
-	require.Eventually(t, func() bool { return app.Pending() == 5 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return app.Pending() == 5 }, kfaketest.WaitTimeout, time.Millisecond)
 	err := app.Shutdown(ctx)
 	require.ErrorIs(t, err, runtime.ErrUnflushed)
 	require.Equal(t, int64(5), app.Unflushed())
@@ -122,7 +122,7 @@ func TestShutdownEndsAPublishWaitingForBufferedBytes(t *testing.T) {
 	for range 2 { // 800 bytes each: the second does not fit beside the first, which the cluster holds
 		wg.Go(func() { errs <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: make([]byte, 800)}) })
 	}
-	require.Eventually(t, func() bool { return app.Pending() == 2 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return app.Pending() == 2 }, kfaketest.WaitTimeout, time.Millisecond)
 	err := app.Shutdown(ctx)
 	require.ErrorIs(t, err, runtime.ErrUnflushed)
 	require.ErrorContains(t, err, "2 records after 200ms")
@@ -147,7 +147,7 @@ func TestPublishTheSameRecordAgainAfterItsCtxEnded(t *testing.T) {
 	require.ErrorIs(t, app.Publish(short, r), context.DeadlineExceeded, "the topic does not exist yet")
 	require.Nil(t, r.Context)
 	c.CreateTopic(t, "later", 1)
-	ctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel2 := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel2()
 	require.NoError(t, app.Publish(ctx, r))
 	require.Nil(t, r.Context)
@@ -170,7 +170,7 @@ func TestFailedStartReportsRecordsItsProducerDidNotFlush(t *testing.T) {
 	defer release()
 	held := make(chan error, 1)
 	go func() { held <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("held")}) }()
-	require.Eventually(t, func() bool { return app.Pending() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return app.Pending() == 1 }, kfaketest.WaitTimeout, time.Millisecond)
 
 	err := app.Start(ctx)
 	var ce *runtime.ConfigError
@@ -190,7 +190,7 @@ func TestPublishBeforeStartRefusesIdempotenceOff(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("out", 1))
 	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())))...)
 	t.Cleanup(func() { stop(t, app) })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 	err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("v")})
 	require.ErrorContains(t, err, "tidemark: producer: kgo.DisableIdempotentWrite: ")

@@ -433,12 +433,12 @@ func TestLateCompletionAfterRevokeCommitsNothing(t *testing.T) {
 	require.Equal(t, []int64{0, 1, 2, 3, 4}, aLog.offsets(py))
 }
 
-// waitClosed waits (10s) for ch to be closed.
+// waitClosed waits (up to kfaketest.WaitTimeout) for ch to be closed.
 func waitClosed(t *testing.T, ch <-chan struct{}, msg string, args ...any) {
 	t.Helper()
 	select {
 	case <-ch:
-	case <-time.After(10 * time.Second):
+	case <-time.After(kfaketest.WaitTimeout):
 		t.Fatalf(msg, args...)
 	}
 }

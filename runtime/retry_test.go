@@ -292,7 +292,7 @@ func TestStartFailsOnAMissingDeadLetterTopic(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 1))
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g"), ack, runtime.DeadLetter("nope.dlq"), runtime.RetryTo("nope.retry"))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 	err := app.Start(ctx)
 	require.ErrorContains(t, err, `tidemark: Topic("in"): RetryTo: topic "nope.retry" does not exist`)
@@ -370,7 +370,7 @@ func TestDeadLetterEventsNameTheirReason(t *testing.T) {
 			return errors.New("bank down")
 		}), runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), fastBackoff)
 	start(t, app)
-	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 3 }, kfaketest.WaitTimeout, 10*time.Millisecond)
 	stop(t, app)
 	reasons := map[int64]runtime.Outcome{}
 	for _, e := range obs.outcomes(runtime.OutcomeDeadLetter) {

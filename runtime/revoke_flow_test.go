@@ -83,8 +83,8 @@ func (p pinPlan) IntoSyncAssignment() []kmsg.SyncGroupRequestGroupAssignment {
 
 // Under MaxInFlight, a revoke that brings the subscription down to half lifts its pause and admits
 // the kept partitions' backlogs; idle lanes must run them at once, not after the revoked
-// partition's drain. Partition 0's head is stuck until its ctx is cancelled (the revoke's drain
-// bound, 5 s) and holds its bound of 100 of the subscription's 150; partition 1 moves only by the
+// partition's drain. Partition 0's head is stuck until the test ends (the revoke's drain bound is
+// 30 s) and holds its bound of 100 of the subscription's 150; partition 1 moves only by the
 // pause's 100 ms timer. Once partition 0 is revoked, partition 1's 3,000 records are all handled
 // while partition 0's drain still waits (before, the lanes slept until the drain ended).
 func TestARevokeUnderMaxInFlightWakesLanesForWhatItFrees(t *testing.T) {
@@ -93,22 +93,27 @@ func TestARevokeUnderMaxInFlightWakesLanesForWhatItFrees(t *testing.T) {
 	produceParts(t, c, "in", 2, n)
 	var handled1 atomic.Int64
 	var drainEnded atomic.Bool
+	release := newGate()
 	obs := &observer{}
-	app := runtime.New(appOpts(c, runtime.Observe(obs), runtime.RevokeDrainTimeout(5*time.Second),
+	app := runtime.New(appOpts(c, runtime.Observe(obs), runtime.RevokeDrainTimeout(30*time.Second),
 		runtime.ClientOpts(kgo.Balancers(pinBalancer{"A", "in", 2})))...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
 			switch r := d.Record(); {
 			case r.Partition == 0 && r.Offset == 0:
-				<-ctx.Done() // the revoke's drain bound, or Shutdown
+				select {
+				case <-ctx.Done(): // the revoke's drain bound
+				case <-release.ch:
+				}
 				drainEnded.Store(true)
-				return ctx.Err()
+				return nil
 			case r.Partition == 1:
 				handled1.Add(1)
 			}
 			return nil
 		}), runtime.Workers(3), runtime.MaxInFlightPerPartition(100), runtime.MaxInFlight(150))
 	start(t, app)
+	t.Cleanup(release.open) // before app's stop (cleanups run last-in first-out)
 	eventually(t, func() bool { return handled1.Load() > 0 }, "partition 1 never ran")
 
 	b, err := kgo.NewClient(append(c.ClientOpts(), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"),

@@ -182,7 +182,7 @@ func TestRunStopsCleanlyWhenItsContextEnds(t *testing.T) {
 	go func() { errc <- app.Run(ctx) }()
 	select {
 	case <-handled:
-	case <-time.After(10 * time.Second):
+	case <-time.After(kfaketest.WaitTimeout):
 		t.Fatal("record not handled")
 	}
 	cancel()

@@ -119,6 +119,7 @@ func TestTransactionMarkersNeverReachHandlersAndLagReachesZero(t *testing.T) {
 				s.handler())
 			start(t, app)
 			c.WaitCommitted(t, "g", "in", hwm)
+			stop(t, app) // the poll loop reports Delivered after handing the records over: all of them by now
 			require.Equal(t, []string{"c1", "c2", "c3", "c4"}, s.values())
 			require.Equal(t, 4, obs.totalDelivered(), "Delivered counts the data records, not the markers")
 		})

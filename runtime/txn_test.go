@@ -171,7 +171,7 @@ func TestTransactionalFencing(t *testing.T) {
 	var px int32
 	select {
 	case px = <-assigned:
-	case <-time.After(10 * time.Second):
+	case <-time.After(kfaketest.WaitTimeout):
 		t.Fatal("the second instance was never assigned a partition")
 	}
 	c.ProduceValues(t, "in", px, "20")
@@ -213,7 +213,7 @@ func TestTransactionalDeadLetter(t *testing.T) {
 		})
 	}, runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
 	start(t, app)
-	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, kfaketest.WaitTimeout, 10*time.Millisecond)
 	// 5 inputs, the retry copy of "2" and the markers of the transactions that wrote copies
 	c.WaitCommitted(t, "g", "in", c.HighWatermarks(t, "in"))
 	stop(t, app)
@@ -241,10 +241,15 @@ func TestTransactionalLateHandlerIsRefused(t *testing.T) {
 				return nil
 			}
 			return app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(d.Record().Value))})
-		}), runtime.Workers(2), runtime.Unordered, runtime.WindowTimeout(300*time.Millisecond),
+		}), runtime.Workers(2), runtime.Unordered, runtime.WindowTimeout(2*time.Second), // it bounds End too: not tighter under load
 		runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
 	start(t, app)
-	require.ErrorIs(t, <-lateErr, runtime.ErrWindowClosed)
+	select {
+	case err := <-lateErr:
+		require.ErrorIs(t, err, runtime.ErrWindowClosed)
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("the stuck handler's ctx never ended")
+	}
 	c.WaitCommitted(t, "g", "in", hwm)
 	stop(t, app)
 	requireOneOutputPerInput(t, c, 3)
@@ -276,7 +281,7 @@ func TestTransactionalMemberJoinsMidStream(t *testing.T) {
 	c.CommitLog().Wait(t, func(cs []kfaketest.Commit) bool { return len(cs) > 0 })
 	b = txnAppWith(c, small, "tx-b", func(*runtime.App) runtime.Handler { return transform(&b, slow) }, runtime.MaxInFlightPerPartition(10))
 	start(t, b)
-	c.WaitCommitted(t, "g", "in", hwm)
+	require.NoError(t, waitCommittedWithin(c, time.Minute, "g", "in", hwm)) // 1,000 inputs in 100 ms windows
 	stop(t, a)
 	stop(t, b)
 	requireOneOutputPerInput(t, c, 1000)
@@ -304,7 +309,7 @@ func TestTransactionalRetryAfter(t *testing.T) {
 		})
 	})
 	start(t, app)
-	require.Eventually(t, func() bool { return len(c.ReadAll(t, "out", true)) == 5 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "out", true)) == 5 }, kfaketest.WaitTimeout, 10*time.Millisecond)
 	c.WaitCommitted(t, "g", "in", c.HighWatermarks(t, "in"))
 	stop(t, app)
 	requireOneOutputPerInput(t, c, 5)
@@ -320,7 +325,7 @@ func TestTransactionalRetryAfter(t *testing.T) {
 // the subscription (DESIGN §3.4).
 func TestTransactionalRetriesCountAcrossAbortsAndOnlySuccessesCommit(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 2), kfaketest.Topic("out", 1), kfaketest.Topic("dlq", 1))
-	hwm := produceInputs(t, c, 200, 2)
+	produceInputs(t, c, 200, 2)
 	var mu sync.Mutex
 	attempts := map[string][]int{}
 	var app *runtime.App
@@ -345,10 +350,10 @@ func TestTransactionalRetriesCountAcrossAbortsAndOnlySuccessesCommit(t *testing.
 	}, runtime.MaxAttempts(3), runtime.DeadLetter("dlq"), runtime.Workers(4),
 		runtime.Backoff(func(int, error) time.Duration { return 5 * time.Millisecond }))
 	start(t, app)
-	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, 20*time.Second, 20*time.Millisecond)
-	c.WaitCommitted(t, "g", "in", c.HighWatermarks(t, "in"))
+	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, kfaketest.WaitTimeout, 20*time.Millisecond)
+	// Dozens of small windows, each aborted one read again: a minute under -race on a small machine.
+	require.NoError(t, waitCommittedWithin(c, time.Minute, "g", "in", c.HighWatermarks(t, "in")))
 	stop(t, app)
-	_ = hwm
 	outs := map[string]int{}
 	for _, r := range c.ReadAll(t, "out", true) {
 		outs[string(r.Value)]++
@@ -634,7 +639,7 @@ func TestTransactionalLateReturnOfAnAbortedWindowKeepsTheNextWindowsRecords(t *t
 				obs.armed.Store(true)
 				select {
 				case <-obs.repolled:
-				case <-time.After(10 * time.Second):
+				case <-time.After(kfaketest.WaitTimeout):
 				}
 			}
 			return err

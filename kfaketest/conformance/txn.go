@@ -186,7 +186,8 @@ func lateHandlerRefused(e *env) {
 				return nil
 			}
 			return app.Publish(ctx, &kgo.Record{Topic: x.out, Value: []byte("out-" + string(d.Record().Value))})
-		}), runtime.Workers(2), runtime.Unordered, runtime.WindowTimeout(300*time.Millisecond), fastBackoff)
+		}), runtime.Workers(2), runtime.Unordered, runtime.WindowTimeout(2*time.Second), // it bounds End too: not tighter under load
+		fastBackoff)
 	e.start(app)
 	select {
 	case err := <-lateErr:
