@@ -112,7 +112,8 @@ type Cluster struct {
 	log    *CommitLog   // nil when connected
 
 	mu       sync.Mutex
-	releases []func() // HoldProduce releases, run by Close
+	releases []func()       // HoldProduce releases, run by Close
+	asleep   sync.WaitGroup // held Produce requests asleep in kfake's SleepControl; added to under mu while !closed
 	closed   bool
 	spawned  int      // Spawn calls, for InstanceIDs
 	created  []string // connected: topics the Cluster created, deleted by Close
@@ -253,6 +254,7 @@ func (c *Cluster) Close() {
 	for _, r := range releases {
 		r()
 	}
+	c.awaitHeld()
 	if c.k == nil {
 		c.mu.Lock()
 		created := c.created
@@ -267,6 +269,20 @@ func (c *Cluster) Close() {
 	}
 	c.cl.Close()
 	c.k.Close()
+}
+
+// awaitHeld waits, up to WaitTimeout, until the released Produce requests have left kfake's
+// SleepControl. Closing kfake while a released one is still asleep can leak its run loop (kfake
+// v0.0.0-20260918054303): SleepControl returns on the closed cluster, the control's goroutine
+// takes the control mutex on its way out and leaves its release to the loop, and the loop, which
+// may pick the wake-up over the close, blocks on that mutex for good. goleak reports it.
+func (c *Cluster) awaitHeld() {
+	done := make(chan struct{})
+	go func() { c.asleep.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(WaitTimeout):
+	}
 }
 
 // Addrs returns the brokers' "127.0.0.1:port" addresses, to use as seeds.

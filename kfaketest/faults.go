@@ -75,7 +75,15 @@ func (c *Cluster) HoldProduce() (release func()) {
 			return nil, nil, false
 		default:
 		}
+		c.mu.Lock()
+		if c.closed { // Close released the hold already
+			c.mu.Unlock()
+			return nil, nil, false
+		}
+		c.asleep.Add(1)
+		c.mu.Unlock()
 		c.k.SleepControl(func() { <-held }) // other connections proceed meanwhile
+		c.asleep.Done()
 		return nil, nil, false
 	})
 	return release
