@@ -151,10 +151,15 @@ func (c *consumer) clientOpts() []kgo.Opt {
 	)
 	if c.txnMode { // the session commits offsets in its transactions; it produces too
 		opts = append(opts, a.cfg.producerOpts...)
+		// On options franz-go refuses, NewGroupTransactSession fails with the same error.
+		base, err := userPartitioner(opts)
+		if err != nil {
+			base = kgo.StickyKeyPartitioner(nil)
+		}
 		opts = append(opts,
 			kgo.TransactionalID(c.sub.mode.txnID),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			kgo.RecordPartitioner(pinningPartitioner{}),
+			kgo.RecordPartitioner(pinningPartitioner{base}),
 		)
 	} else {
 		opts = append(opts, kgo.AutoCommitMarks(), kgo.AutoCommitCallback(c.onAutoCommit))

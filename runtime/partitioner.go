@@ -16,14 +16,50 @@ func isPinned(r *kgo.Record) bool {
 	return r.Context != nil && r.Context.Value(pinnedKey{}) != nil
 }
 
-// pinningPartitioner honours Record.Partition for records the runtime pins and partitions every
-// other record as franz-go's StickyKeyPartitioner does (keys hashed with murmur2, as Kafka's Java
-// client does). DESIGN §3.3.
-type pinningPartitioner struct{}
+// pinningPartitioner honours Record.Partition for records the runtime pins (DESIGN §3.3) and
+// partitions every other record with base: the partitioner of the user's options, or franz-go's
+// default, StickyKeyPartitioner (keys hashed with murmur2, as Kafka's Java client does).
+type pinningPartitioner struct{ base kgo.Partitioner }
 
-func (pinningPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	return &pinningTopicPartitioner{base: kgo.StickyKeyPartitioner(nil).ForTopic(topic)}
+func (p pinningPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	return &pinningTopicPartitioner{base: p.base.ForTopic(topic)}
 }
+
+// userPartitioner returns the partitioner opts set with kgo.RecordPartitioner, or, if none,
+// StickyKeyPartitioner (franz-go's own default, UniformBytesPartitioner, spreads keyless records
+// differently; keyed records go to the same partitions). franz-go keeps options opaque, so it is
+// read from a client made of opts' producer and client options and closed unused (no I/O); it
+// returns that client's error if opts are invalid.
+func userPartitioner(opts []kgo.Opt) (kgo.Partitioner, error) {
+	probe := []kgo.Opt{kgo.RecordPartitioner(noPartitioner{})}
+	for _, o := range opts {
+		switch o.(type) {
+		case kgo.ConsumerOpt, kgo.GroupOpt: // a client with these starts consuming
+			continue
+		}
+		probe = append(probe, o)
+	}
+	if len(probe) == 1 {
+		return kgo.StickyKeyPartitioner(nil), nil
+	}
+	cl, err := kgo.NewClient(probe...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	switch p := cl.OptValue(kgo.RecordPartitioner).(type) {
+	case noPartitioner, nil:
+		return kgo.StickyKeyPartitioner(nil), nil
+	case kgo.Partitioner:
+		return p, nil
+	}
+	return kgo.StickyKeyPartitioner(nil), nil
+}
+
+// noPartitioner is userPartitioner's mark for "opts set no partitioner"; it partitions nothing.
+type noPartitioner struct{}
+
+func (noPartitioner) ForTopic(string) kgo.TopicPartitioner { return nil }
 
 type pinningTopicPartitioner struct{ base kgo.TopicPartitioner }
 

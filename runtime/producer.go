@@ -53,7 +53,10 @@ type producer struct {
 // is sent it is not cancelled (an idempotent producer cannot know whether the broker wrote it), so
 // Publish may return after ctx ends. QueueTimeout bounds the wait for buffer space (ErrQueueFull).
 // r.Context is franz-go's: when it is nil, Produce sets it to ctx for the publish, and Publish
-// clears it again afterwards, so a failed r can be published again with a new ctx.
+// clears it again afterwards, so a failed r can be published again with a new ctx. r goes to
+// the partition the RecordPartitioner of ProducerOpts or ClientOpts chooses (with none, keys
+// hashed as Kafka's Java client does, keyless records spread by StickyKeyPartitioner), so
+// r.Partition counts only under a partitioner that reads it, such as kgo.ManualPartitioner.
 // Errors wrap franz-go's (errors.Is works); after Shutdown has closed the producer it returns
 // ErrClosed; a nil r is an error. Publish works before Start too (to seed a topic, say): it opens
 // the producer, which a failed Start or Shutdown closes, so call Shutdown even on an App that never
@@ -167,7 +170,11 @@ func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 		return nil, nil, ErrClosed
 	}
 	if p.cl == nil {
-		cl, err := kgo.NewClient(p.opts()...)
+		base, err := userPartitioner(producerClientOpts(p.app.cfg))
+		if err != nil {
+			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
+		}
+		cl, err := kgo.NewClient(p.opts(base)...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
@@ -189,14 +196,15 @@ func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 
 // opts builds the producer's options: seeds, no linger, the App's ClientOpts without consumer and group
 // options (connection settings, TLS, SASL, dialer apply to both), ProducerOpts, then the
-// partitioner that pins retry copies to their source partition. Idempotence and acks=all stay
-// franz-go's defaults: Start rejects options that turn them off (producerOptsErr).
-func (p *producer) opts() []kgo.Opt {
+// partitioner that pins retry copies to their source partition and partitions everything else
+// with base (the user's). Idempotence and acks=all stay franz-go's defaults: Start rejects
+// options that turn them off (producerOptsErr).
+func (p *producer) opts(base kgo.Partitioner) []kgo.Opt {
 	// Every publish waits for its acknowledgement, so lingering only adds latency: no linger unless
 	// ProducerOpts sets one.
 	opts := []kgo.Opt{kgo.SeedBrokers(p.app.cfg.brokers...), kgo.ProducerLinger(0)}
 	opts = append(opts, producerClientOpts(p.app.cfg)...)
-	return append(opts, kgo.RecordPartitioner(pinningPartitioner{}))
+	return append(opts, kgo.RecordPartitioner(pinningPartitioner{base}))
 }
 
 // producerClientOpts are the user's options the producer takes: ClientOpts without consumer and
