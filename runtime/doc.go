@@ -44,9 +44,11 @@
 // # Options the runtime owns
 //
 // For group subscriptions Tidemark sets, after the user's ClientOpts and Subscription.Config:
-// ConsumerGroup, ConsumeTopics (and ConsumeRegex), AutoCommitMarks, BlockRebalanceOnPoll,
-// OnPartitionsAssigned, OnPartitionsRevoked, OnPartitionsLost, AutoCommitCallback,
-// KeepControlRecords, ConsumeStartOffset, ConsumeResetOffset and InstanceID. The isolation level
+// ConsumerGroup, ConsumeTopics (and ConsumeRegex), BlockRebalanceOnPoll, OnPartitionsAssigned,
+// OnPartitionsRevoked, OnPartitionsLost, KeepControlRecords, ConsumeStartOffset,
+// ConsumeResetOffset and InstanceID; in the Auto and Tracked modes AutoCommitMarks and
+// AutoCommitCallback; in the Transactional mode ProducerOpts, TransactionalID, read_committed and
+// a RecordPartitioner that wraps the user's to pin retry copies. The isolation level
 // (read_committed) is set before the user's options, so they can override it, except in the
 // Transactional mode, which always reads read_committed.
 package runtime

@@ -24,7 +24,7 @@ var (
 	ErrStarted = errors.New("tidemark: app already started")
 
 	// ErrTrackerFull is a fatal internal error: a partition held more records than its tracker
-	// ring covers (MaxInFlightPerPartition + MaxPollRecords). It means pausing failed.
+	// ring covers (MaxInFlightPerPartition + MaxPollRecords + 1). It means pausing failed.
 	ErrTrackerFull = errors.New("tidemark: partition tracker full")
 )
 

@@ -155,8 +155,9 @@ func MaxAttempts(n int) HandleOption {
 }
 
 // DeadLetter names the dead-letter topic: spent records, dropped records (Drop, decode failures)
-// and, without MaxAttempts, the first failure go there with provenance headers (package dlq), once
-// Kafka has acknowledged them the original is settled. Start fails (a *ConfigError naming
+// and, without MaxAttempts, the first failure (except a RetryAfter, which always makes a retry
+// copy) go there with provenance headers (package dlq); once Kafka has acknowledged them the
+// original is settled. Start fails (a *ConfigError naming
 // DeadLetter) when the topic does not exist, is read by the subscription (one of its topics, or
 // matched by its Pattern and not excluded with kgo.ConsumeExcludeTopics: every dead letter would
 // be read again), or is also its RetryTo topic.
@@ -164,8 +165,8 @@ func DeadLetter(topic string) HandleOption {
 	return handleOption(func(c *handleConfig) { c.deadLetter = topic; c.noteEmpty("DeadLetter", topic) })
 }
 
-// RetryTo sends retry copies to topic, hashed by key as franz-go's default partitioner does, and
-// adds topic to the subscription (same group, handler and mode) so its copies are consumed. Start
+// RetryTo sends retry copies to topic, partitioned by the producer's partitioner (keys hashed as
+// franz-go's default does when ProducerOpts and ClientOpts set none), and adds topic to the subscription (same group, handler and mode) so its copies are consumed. Start
 // fails when the topic does not exist or is also the DeadLetter topic. Not for manual-partition
 // subscriptions (use RetryToSource).
 func RetryTo(topic string) HandleOption {

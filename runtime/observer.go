@@ -14,7 +14,10 @@ type Observer interface {
 	Settled(SettledEvent)
 	// InFlight: periodically (about once per second) per owned partition.
 	InFlight(InFlightEvent)
-	// Paused: a partition's fetching was paused (true) or resumed (false) for back-pressure.
+	// Paused: a partition stopped taking new records (true) or took them again (false): it reached
+	// its in-flight bound or the subscription's MaxInFlight, or (Transactional) waits for a retry
+	// copy that is not yet due; a paused partition that is revoked or lost is reported resumed.
+	// Most pauses never reach franz-go's PauseFetchPartitions (docs/consumer-internals.md).
 	Paused(PausedEvent)
 	// Committed: a committed offset the cluster acknowledged.
 	Committed(CommittedEvent)

@@ -28,11 +28,12 @@
 // # Capacity
 //
 // Each partition keeps its deliveries in a ring of the capacity given to [NewPartition] (the runtime
-// passes MaxInFlightPerPartition + MaxPollRecords). The ring holds the oldest delivery still in flight
-// and every delivery after it, settled or not; when it holds capacity of them, Deliver returns
-// [ErrFull], records nothing, and the caller pauses the partition until completions free the ring.
-// So a record that stays in flight (parked for a retry) pauses its partition once capacity records
-// pile up behind it, as DESIGN §3.3 says.
+// passes MaxInFlightPerPartition + MaxPollRecords + 1). The ring holds the oldest delivery still in
+// flight and every delivery after it, settled or not ([Partition.Span]); when it holds capacity of
+// them, Deliver returns [ErrFull] and records nothing. The runtime never gets there: it stops
+// admitting a partition's records once its span reaches MaxInFlightPerPartition, so a record that
+// stays in flight (parked for a retry) pauses its partition once that many records pile up behind
+// it, as DESIGN §3.3 says, and it treats ErrFull as a fatal internal error (runtime.ErrTrackerFull).
 //
 // # Concurrency
 //

@@ -45,7 +45,7 @@ type Partition struct {
 }
 
 // NewPartition returns an empty Partition in generation 1 whose ring holds capacity deliveries (the
-// runtime passes MaxInFlightPerPartition + MaxPollRecords). It panics if capacity < 1. Memory is
+// runtime passes MaxInFlightPerPartition + MaxPollRecords + 1). It panics if capacity < 1. Memory is
 // about 24 bytes per slot, capacity rounded up to the next power of two above it.
 func NewPartition(capacity int) *Partition {
 	n := ringSize(capacity)

@@ -25,7 +25,8 @@ func New(capacity int) *Tracker {
 }
 
 // Partition returns the Partition of (topic, partition), creating it in generation 1 if the Tracker
-// has none. The runtime calls it when a partition is assigned and keeps the pointer for the hot path.
+// has none, for callers that want the Tracker to keep a map of their partitions (the runtime makes
+// its Partitions with NewPartition and keeps each pointer itself).
 func (t *Tracker) Partition(topic string, partition int32) *Partition {
 	k := topicPartition{topic, partition}
 	t.mu.RLock()
