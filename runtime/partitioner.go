@@ -22,7 +22,12 @@ func isPinned(r *kgo.Record) bool {
 type pinningPartitioner struct{ base kgo.Partitioner }
 
 func (p pinningPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	return &pinningTopicPartitioner{base: p.base.ForTopic(topic)}
+	base := p.base.ForTopic(topic)
+	pp := &pinningTopicPartitioner{base: base}
+	if b, ok := base.(kgo.TopicBackupPartitioner); ok {
+		return &pinningBackupPartitioner{pinningTopicPartitioner: pp, backup: b}
+	}
+	return pp
 }
 
 // userPartitioner returns the partitioner opts set with kgo.RecordPartitioner, or, if none,
@@ -79,4 +84,20 @@ func (p *pinningTopicPartitioner) OnNewBatch() {
 	if nb, ok := p.base.(kgo.TopicPartitionerOnNewBatch); ok {
 		nb.OnNewBatch()
 	}
+}
+
+// pinningBackupPartitioner is pinningTopicPartitioner over a base that partitions by how many
+// records each partition has buffered (kgo.TopicBackupPartitioner: franz-go's UniformBytesPartitioner
+// and LeastBackupPartitioner). franz-go then calls only PartitionByBackup, and such a base's
+// Partition panics.
+type pinningBackupPartitioner struct {
+	*pinningTopicPartitioner
+	backup kgo.TopicBackupPartitioner
+}
+
+func (p *pinningBackupPartitioner) PartitionByBackup(r *kgo.Record, n int, it kgo.TopicBackupIter) int {
+	if isPinned(r) {
+		return int(r.Partition)
+	}
+	return p.backup.PartitionByBackup(r, n, it)
 }

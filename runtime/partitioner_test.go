@@ -72,3 +72,37 @@ func TestTransactionalPublishUsesTheProducerOptsPartitioner(t *testing.T) {
 	stop(t, app)
 	require.Equal(t, map[string]int32{"out-a": 3, "out-b": 3}, partitionsOfValues(t, c, "out"))
 }
+
+// franz-go's partitioners that choose by buffered records (UniformBytesPartitioner, its default,
+// and LeastBackupPartitioner) panic in Partition: franz-go calls their PartitionByBackup, which
+// Tidemark's partitioner passes on. Publishes land, retry copies go back to their source partition
+// and dead letters are written.
+func TestBackupPartitionersPublishAndPinCopies(t *testing.T) {
+	for name, p := range map[string]kgo.Partitioner{
+		"UniformBytes": kgo.UniformBytesPartitioner(1024, false, true, nil),
+		"LeastBackup":  kgo.LeastBackupPartitioner(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 3), kfaketest.Topic("out", 2), kfaketest.Topic("dlq", 2))
+			c.ProduceValues(t, "in", 2, "once", "always")
+			app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.RecordPartitioner(p)))...)
+			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+				runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+					if v := string(d.Record().Value); v == "always" || d.Attempt() == 1 {
+						return errors.New(v)
+					}
+					return nil
+				}), runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), fastBackoff)
+			start(t, app)
+			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+			defer cancel()
+			require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("keyless")}))
+			require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Key: []byte("k"), Value: []byte("keyed")}))
+			c.WaitCommitted(t, "g", "in", map[int32]int64{2: 4})
+			stop(t, app)
+			require.Equal(t, map[int32]int64{0: 0, 1: 0, 2: 4}, c.HighWatermarks(t, "in"), "both copies on partition 2")
+			require.Len(t, partitionsOfValues(t, c, "out"), 2)
+			require.Contains(t, partitionsOfValues(t, c, "dlq"), "always")
+		})
+	}
+}
