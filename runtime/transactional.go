@@ -65,13 +65,18 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	if pubs != nil {
 		pubs.made.Add(1)
 	}
+	own := r.Context == nil // franz-go sets it to ctx: cleared again once the promise has run
 	done := make(chan error, 1)
 	if err := tw.w.Produce(func() {
 		tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })
 	}); err != nil {
 		return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)
 	}
-	if err := <-done; err != nil {
+	err := <-done
+	if own {
+		r.Context = nil // so r can be published again, in the next window, with its own ctx
+	}
+	if err != nil {
 		err = fmt.Errorf("tidemark: publish to %s in a transaction: %w", r.Topic, err)
 		if pubs != nil && tw.w.Aborted() == nil { // else it may have failed because of the abort (its ctx ended)
 			pubs.failed.CompareAndSwap(nil, &err)

@@ -255,6 +255,35 @@ func TestTransactionalLateHandlerIsRefused(t *testing.T) {
 	requireOneOutputPerInput(t, c, 3)
 }
 
+// A handler that publishes the same *kgo.Record on every attempt: after the first attempt's window
+// aborts, the record does not keep that window's cancelled ctx (franz-go's r.Context), so the next
+// attempt's publish, in the next window, goes through and commits, once (DESIGN §3.4).
+func TestTransactionalPublishTheSameRecordAfterAnAbort(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 1, 1)
+	out := &kgo.Record{Topic: "out", Value: []byte("out-0")}
+	var attempts atomic.Int32
+	var app *runtime.App
+	app = txnApp(c, "tx-reuse", func(*runtime.App) runtime.Handler {
+		return runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			attempts.Add(1)
+			if err := app.Publish(ctx, out); err != nil {
+				return err
+			}
+			if d.Attempt() == 1 {
+				return errors.New("after publishing: the window aborts")
+			}
+			return nil
+		})
+	}, runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	require.Equal(t, int32(2), attempts.Load())
+	require.Nil(t, out.Context)
+	requireOneOutputPerInput(t, c, 1)
+}
+
 // Manual partitions cannot be Transactional (DESIGN §3.10).
 func TestTransactionalManualPartitionsFailStart(t *testing.T) {
 	app := runtime.New(runtime.Brokers("127.0.0.1:1"), runtime.Logger(testLogger()))
