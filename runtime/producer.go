@@ -178,7 +178,7 @@ func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
-		if err := idempotenceErr(cl); err != nil { // a Publish before Start: Start has not checked
+		if err := producerClientErr(cl); err != nil { // a Publish before Start: Start has not checked
 			cl.Close()
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
@@ -224,7 +224,8 @@ func producerClientOpts(cfg appConfig) []kgo.Opt {
 // producerOptsErr checks the user's producer options without I/O (a client is made and closed
 // unused): franz-go must accept them, and they must keep idempotent writes, and with them acks=all,
 // on: a record is settled once its retry copy, dead-letter record or reply is acknowledged, which
-// must mean written (DESIGN §3.9).
+// must mean written (DESIGN §3.9). They must not set a transactional id either: the App's producer
+// is not transactional, and with one every produce outside a transaction fails.
 func producerOptsErr(cfg appConfig) error {
 	opts := producerClientOpts(cfg)
 	if len(opts) == 0 {
@@ -235,16 +236,24 @@ func producerOptsErr(cfg appConfig) error {
 		return err
 	}
 	defer cl.Close()
-	return idempotenceErr(cl)
+	return producerClientErr(cl)
 }
 
-// errIdempotenceOff is producerOptsErr's refusal of kgo.DisableIdempotentWrite.
-var errIdempotenceOff = errors.New("kgo.DisableIdempotentWrite: Tidemark settles records on acknowledged writes, which need idempotent writes with acks=all")
+var (
+	// errIdempotenceOff is producerOptsErr's refusal of kgo.DisableIdempotentWrite.
+	errIdempotenceOff = errors.New("kgo.DisableIdempotentWrite: Tidemark settles records on acknowledged writes, which need idempotent writes with acks=all")
+	// errTransactionalIDOpt is producerOptsErr's refusal of kgo.TransactionalID.
+	errTransactionalIDOpt = errors.New("kgo.TransactionalID: the App's producer is not transactional (every Publish outside a transaction would fail); give a subscription Commit(runtime.Transactional(id)) instead")
+)
 
-// idempotenceErr returns errIdempotenceOff if cl's idempotent writes are turned off.
-func idempotenceErr(cl *kgo.Client) error {
+// producerClientErr returns errIdempotenceOff if cl's idempotent writes are turned off, and
+// errTransactionalIDOpt if cl has a transactional id.
+func producerClientErr(cl *kgo.Client) error {
 	if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
 		return errIdempotenceOff
+	}
+	if id, _ := cl.OptValue(kgo.TransactionalID).(string); id != "" {
+		return errTransactionalIDOpt
 	}
 	return nil
 }

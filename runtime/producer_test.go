@@ -184,17 +184,24 @@ func TestFailedStartReportsRecordsItsProducerDidNotFlush(t *testing.T) {
 	require.Equal(t, int64(1), app.Unflushed())
 }
 
-// A Publish before Start keeps the promise Start checks: with idempotent writes turned off it
-// fails, and nothing is produced.
-func TestPublishBeforeStartRefusesIdempotenceOff(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("out", 1))
-	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())))...)
-	t.Cleanup(func() { stop(t, app) })
-	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
-	defer cancel()
-	err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("v")})
-	require.ErrorContains(t, err, "tidemark: producer: kgo.DisableIdempotentWrite: ")
-	require.Empty(t, c.ReadAll(t, "out", false))
+// A Publish before Start keeps the promises Start checks: with idempotent writes turned off, or
+// with a transactional id, it fails, and nothing is produced.
+func TestPublishBeforeStartRefusesWhatStartRefuses(t *testing.T) {
+	for name, opts := range map[string][]kgo.Opt{
+		"kgo.DisableIdempotentWrite": {kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())},
+		"kgo.TransactionalID":        {kgo.TransactionalID("x")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("out", 1))
+			app := runtime.New(appOpts(c, runtime.ProducerOpts(opts...))...)
+			t.Cleanup(func() { stop(t, app) })
+			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+			defer cancel()
+			err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("v")})
+			require.ErrorContains(t, err, "tidemark: producer: "+name+": ")
+			require.Empty(t, c.ReadAll(t, "out", false))
+		})
+	}
 }
 
 type order struct {
