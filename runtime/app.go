@@ -129,7 +129,8 @@ func (a *App) Start(ctx context.Context) error {
 	a.mu.Unlock()
 	defer close(a.startDone)
 
-	if err := validate(a.cfg, regs); err != nil {
+	_, prodErr := a.prod.checkOpts()
+	if err := validate(a.cfg, regs, prodErr); err != nil {
 		// Stopped as any failed start is, so Done closes. A Publish before Start may have opened the
 		// producer: the shutdown closes it, and what it did not flush joins the errors.
 		a.fail(err)

@@ -59,7 +59,8 @@ type consumer struct {
 	stopPoll  context.CancelFunc
 	pollDone  chan struct{}
 	stopComm  chan struct{}
-	commDone  chan struct{} // closed when the committer returns; nil if it never started
+	commDone  chan struct{}   // closed when the committer returns; nil if it never started
+	txnPart   kgo.Partitioner // Transactional: the user's partitioner (txnPartitioner)
 	wake      chan struct{}
 	wg        sync.WaitGroup // lanes and the committer
 	closing   atomic.Bool    // set before the client leaves the group at shutdown
@@ -151,15 +152,10 @@ func (c *consumer) clientOpts() []kgo.Opt {
 	)
 	if c.txnMode { // the session commits offsets in its transactions; it produces too
 		opts = append(opts, a.cfg.producerOpts...)
-		// On options franz-go refuses, NewGroupTransactSession fails with the same error.
-		base, err := userPartitioner(opts)
-		if err != nil {
-			base = kgo.StickyKeyPartitioner(nil)
-		}
 		opts = append(opts,
 			kgo.TransactionalID(c.sub.mode.txnID),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			kgo.RecordPartitioner(pinningPartitioner{base}),
+			kgo.RecordPartitioner(pinningPartitioner{c.txnPartitioner(opts)}),
 		)
 	} else {
 		opts = append(opts, kgo.AutoCommitMarks(), kgo.AutoCommitCallback(c.onAutoCommit))
@@ -171,6 +167,20 @@ func (c *consumer) clientOpts() []kgo.Opt {
 		opts = append(opts, kgo.InstanceID(a.cfg.instanceID+"-"+strconv.Itoa(c.idx)))
 	}
 	return opts
+}
+
+// txnPartitioner returns the partitioner of the Transactional session's own options (probeOpts),
+// probed once, at Start: a rebuilt session reuses it. On options franz-go refuses it returns
+// StickyKeyPartitioner, and NewGroupTransactSession fails with franz-go's error.
+func (c *consumer) txnPartitioner(opts []kgo.Opt) kgo.Partitioner {
+	if c.txnPart == nil {
+		c.txnPart = kgo.StickyKeyPartitioner(nil)
+		_ = probeOpts(opts, func(cl *kgo.Client) error {
+			c.txnPart = partitionerOf(cl)
+			return nil
+		})
+	}
+	return c.txnPart
 }
 
 // topicsToConsume is what the group subscribes to: the subscription's topics (or its pattern) and

@@ -17,87 +17,107 @@ func isPinned(r *kgo.Record) bool {
 }
 
 // pinningPartitioner honours Record.Partition for records the runtime pins (DESIGN §3.3) and
-// partitions every other record with base: the partitioner of the user's options, or franz-go's
-// default, StickyKeyPartitioner (keys hashed with murmur2, as Kafka's Java client does).
+// partitions every other record with base: the partitioner of the user's options, or
+// StickyKeyPartitioner (keys hashed with murmur2, as Kafka's Java client does) if they set none.
+//
+// franz-go treats a TopicPartitioner by the optional interfaces it implements: it calls only
+// PartitionByBackup on a kgo.TopicBackupPartitioner (whose Partition may panic), and it asks a
+// kgo.TopicPartitionerOnNewBatch again for each record that opens a batch. So the wrapper
+// implements exactly the ones base's TopicPartitioner does.
 type pinningPartitioner struct{ base kgo.Partitioner }
 
 func (p pinningPartitioner) ForTopic(topic string) kgo.TopicPartitioner {
 	base := p.base.ForTopic(topic)
-	pp := &pinningTopicPartitioner{base: base}
-	if b, ok := base.(kgo.TopicBackupPartitioner); ok {
-		return &pinningBackupPartitioner{pinningTopicPartitioner: pp, backup: b}
+	pin := pinning{base: base}
+	backup, isBackup := base.(kgo.TopicBackupPartitioner)
+	newBatch, hasNewBatch := base.(kgo.TopicPartitionerOnNewBatch)
+	switch {
+	case isBackup && hasNewBatch:
+		return &pinningBackupOnNewBatch{pinningBackup{pin, backup}, newBatch}
+	case isBackup:
+		return &pinningBackup{pin, backup}
+	case hasNewBatch:
+		return &pinningOnNewBatch{pin, newBatch}
 	}
-	return pp
+	return &pin
 }
 
-// userPartitioner returns the partitioner opts set with kgo.RecordPartitioner, or, if none,
-// StickyKeyPartitioner (franz-go's own default, UniformBytesPartitioner, spreads keyless records
-// differently; keyed records go to the same partitions). franz-go keeps options opaque, so it is
-// read from a client made of opts' producer and client options and closed unused (no I/O); it
-// returns that client's error if opts are invalid.
-func userPartitioner(opts []kgo.Opt) (kgo.Partitioner, error) {
-	probe := []kgo.Opt{kgo.RecordPartitioner(noPartitioner{})}
-	for _, o := range opts {
-		switch o.(type) {
-		case kgo.ConsumerOpt, kgo.GroupOpt: // a client with these starts consuming
-			continue
-		}
-		probe = append(probe, o)
-	}
-	if len(probe) == 1 {
-		return kgo.StickyKeyPartitioner(nil), nil
-	}
-	cl, err := kgo.NewClient(probe...)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	switch p := cl.OptValue(kgo.RecordPartitioner).(type) {
-	case noPartitioner, nil:
-		return kgo.StickyKeyPartitioner(nil), nil
-	case kgo.Partitioner:
-		return p, nil
-	}
-	return kgo.StickyKeyPartitioner(nil), nil
-}
+type pinning struct{ base kgo.TopicPartitioner }
 
-// noPartitioner is userPartitioner's mark for "opts set no partitioner"; it partitions nothing.
-type noPartitioner struct{}
-
-func (noPartitioner) ForTopic(string) kgo.TopicPartitioner { return nil }
-
-type pinningTopicPartitioner struct{ base kgo.TopicPartitioner }
-
-func (p *pinningTopicPartitioner) RequiresConsistency(r *kgo.Record) bool {
+func (p *pinning) RequiresConsistency(r *kgo.Record) bool {
 	return isPinned(r) || p.base.RequiresConsistency(r)
 }
 
-func (p *pinningTopicPartitioner) Partition(r *kgo.Record, n int) int {
+// Partition returns r.Partition for a pinned record: with RequiresConsistency true, franz-go's
+// choice is an index into all of the topic's partitions, so the index is the partition.
+func (p *pinning) Partition(r *kgo.Record, n int) int {
 	if isPinned(r) {
 		return int(r.Partition)
 	}
 	return p.base.Partition(r, n)
 }
 
-// OnNewBatch keeps the sticky partitioner's rotation for keyless records.
-func (p *pinningTopicPartitioner) OnNewBatch() {
-	if nb, ok := p.base.(kgo.TopicPartitionerOnNewBatch); ok {
-		nb.OnNewBatch()
-	}
+type pinningOnNewBatch struct {
+	pinning
+	newBatch kgo.TopicPartitionerOnNewBatch
 }
 
-// pinningBackupPartitioner is pinningTopicPartitioner over a base that partitions by how many
-// records each partition has buffered (kgo.TopicBackupPartitioner: franz-go's UniformBytesPartitioner
-// and LeastBackupPartitioner). franz-go then calls only PartitionByBackup, and such a base's
-// Partition panics.
-type pinningBackupPartitioner struct {
-	*pinningTopicPartitioner
+func (p *pinningOnNewBatch) OnNewBatch() { p.newBatch.OnNewBatch() }
+
+type pinningBackup struct {
+	pinning
 	backup kgo.TopicBackupPartitioner
 }
 
-func (p *pinningBackupPartitioner) PartitionByBackup(r *kgo.Record, n int, it kgo.TopicBackupIter) int {
+func (p *pinningBackup) PartitionByBackup(r *kgo.Record, n int, it kgo.TopicBackupIter) int {
 	if isPinned(r) {
 		return int(r.Partition)
 	}
 	return p.backup.PartitionByBackup(r, n, it)
 }
+
+type pinningBackupOnNewBatch struct {
+	pinningBackup
+	newBatch kgo.TopicPartitionerOnNewBatch
+}
+
+func (p *pinningBackupOnNewBatch) OnNewBatch() { p.newBatch.OnNewBatch() }
+
+// probeOpts makes a client of opts' producer and client options (consumer and group options
+// would start consuming), hands it to fn and closes it unused: no I/O, but a user's kgo hooks see
+// a client come and go, so the runtime probes only at Start (or at a Publish before it). franz-go
+// keeps options opaque: this is how their values are read. It returns franz-go's error for
+// invalid options, else fn's.
+func probeOpts(opts []kgo.Opt, fn func(*kgo.Client) error) error {
+	probe := []kgo.Opt{kgo.RecordPartitioner(noPartitioner{})}
+	for _, o := range opts {
+		switch o.(type) {
+		case kgo.ConsumerOpt, kgo.GroupOpt:
+			continue
+		}
+		probe = append(probe, o)
+	}
+	cl, err := kgo.NewClient(probe...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return fn(cl)
+}
+
+// partitionerOf returns the partitioner of a probeOpts client: the user's, or StickyKeyPartitioner
+// if the options set none (franz-go's own default, UniformBytesPartitioner, spreads keyless
+// records differently; keyed records go to the same partitions).
+func partitionerOf(cl *kgo.Client) kgo.Partitioner {
+	if p, ok := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner); ok && p != nil {
+		if _, none := p.(noPartitioner); !none {
+			return p
+		}
+	}
+	return kgo.StickyKeyPartitioner(nil)
+}
+
+// noPartitioner is probeOpts's mark for "the options set no partitioner"; it partitions nothing.
+type noPartitioner struct{}
+
+func (noPartitioner) ForTopic(string) kgo.TopicPartitioner { return nil }

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -105,4 +106,81 @@ func TestBackupPartitionersPublishAndPinCopies(t *testing.T) {
 			require.Contains(t, partitionsOfValues(t, c, "dlq"), "always")
 		})
 	}
+}
+
+// countingPartitioner sends the i-th record of a topic to partition i mod n and counts the calls;
+// it has no OnNewBatch, so franz-go asks it once per record.
+type countingPartitioner struct{ calls atomic.Int32 }
+
+func (p *countingPartitioner) ForTopic(string) kgo.TopicPartitioner { return &countingTopic{p: p} }
+
+type countingTopic struct {
+	p *countingPartitioner
+	i int
+}
+
+func (*countingTopic) RequiresConsistency(*kgo.Record) bool { return false }
+func (t *countingTopic) Partition(_ *kgo.Record, n int) int {
+	t.p.calls.Add(1)
+	t.i++
+	return (t.i - 1) % n
+}
+
+// Tidemark's partitioner implements franz-go's optional partitioner interfaces only where the
+// user's does: a partitioner without OnNewBatch is asked once per record, as franz-go alone asks
+// it (with OnNewBatch it is asked again for each record that opens a batch, and a round robin
+// skipped every other partition). Six keyless publishes to two partitions.
+func TestAUsersPartitionerIsAskedOncePerRecord(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("out", 2), kfaketest.Topic("raw", 2))
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	values := []string{"v0", "v1", "v2", "v3", "v4", "v5"}
+
+	raw, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	require.NoError(t, err)
+	defer raw.Close()
+	for _, v := range values {
+		require.NoError(t, raw.ProduceSync(ctx, &kgo.Record{Topic: "raw", Value: []byte(v)}).FirstErr())
+	}
+	rr := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.RecordPartitioner(kgo.RoundRobinPartitioner())))...)
+	t.Cleanup(func() { stop(t, rr) })
+	for _, v := range values {
+		require.NoError(t, rr.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte(v)}))
+	}
+	require.Equal(t, partitionsOfValues(t, c, "raw"), partitionsOfValues(t, c, "out"), "RoundRobinPartitioner, franz-go alone and through Publish")
+	require.Equal(t, map[string]int32{"v0": 0, "v1": 1, "v2": 0, "v3": 1, "v4": 0, "v5": 1}, partitionsOfValues(t, c, "out"))
+
+	c.CreateTopic(t, "counted", 2)
+	var p countingPartitioner
+	counted := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.RecordPartitioner(&p)))...)
+	t.Cleanup(func() { stop(t, counted) })
+	for _, v := range values {
+		require.NoError(t, counted.Publish(ctx, &kgo.Record{Topic: "counted", Value: []byte(v)}))
+	}
+	require.Equal(t, int32(len(values)), p.calls.Load(), "Partition calls for %d records", len(values))
+	require.Equal(t, map[string]int32{"v0": 0, "v1": 1, "v2": 0, "v3": 1, "v4": 0, "v5": 1}, partitionsOfValues(t, c, "counted"))
+}
+
+// newClients counts the kgo clients made with it in their options (a kgo.HookNewClient).
+type newClients struct{ n atomic.Int32 }
+
+func (h *newClients) OnNewClient(*kgo.Client) { h.n.Add(1) }
+
+// The user's producer options are read once, at Start, from a client made and closed unused: a
+// user's hooks see it then, never while the App's clients run. The first Publish after Start
+// makes exactly one client, the producer (a metrics hook counting clients by their close would
+// otherwise see one of them go).
+func TestTheProducerOptionsAreProbedOnlyAtStart(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	var h newClients
+	app := runtime.New(appOpts(c, runtime.ClientOpts(kgo.WithHooks(&h)),
+		runtime.ProducerOpts(kgo.RecordPartitioner(kgo.ManualPartitioner())))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-probe")), ack)
+	start(t, app)
+	atStart := h.n.Load()
+	require.Equal(t, int32(3), atStart, "the producer's probe, the Transactional session's probe, the session")
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("v")}))
+	require.Equal(t, atStart+1, h.n.Load(), "the first Publish makes the producer, and only it")
 }

@@ -44,6 +44,11 @@ type producer struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	probeMu  sync.Mutex      // guards the three below; never held with mu by anyone but client
+	probed   bool            // checkOpts ran
+	base     kgo.Partitioner // the user's partitioner (partitionerOf)
+	probeErr error           // what checkOpts found wrong with the user's options
 }
 
 // Publish produces r and waits for the brokers' acknowledgement (acks=all, idempotent). With the
@@ -170,16 +175,12 @@ func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 		return nil, nil, ErrClosed
 	}
 	if p.cl == nil {
-		base, err := userPartitioner(producerClientOpts(p.app.cfg))
+		base, err := p.checkOpts() // done by Start already, unless this is a Publish before it
 		if err != nil {
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
 		cl, err := kgo.NewClient(p.opts(base)...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
-		}
-		if err := producerClientErr(cl); err != nil { // a Publish before Start: Start has not checked
-			cl.Close()
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
 		n := int64(50_000) // franz-go's default, if its option value reads differently
@@ -198,7 +199,7 @@ func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 // options (connection settings, TLS, SASL, dialer apply to both), ProducerOpts, then the
 // partitioner that pins retry copies to their source partition and partitions everything else
 // with base (the user's). Idempotence and acks=all stay franz-go's defaults: Start rejects
-// options that turn them off (producerOptsErr).
+// options that turn them off (checkOpts).
 func (p *producer) opts(base kgo.Partitioner) []kgo.Opt {
 	// Every publish waits for its acknowledgement, so lingering only adds latency: no linger unless
 	// ProducerOpts sets one.
@@ -221,28 +222,33 @@ func producerClientOpts(cfg appConfig) []kgo.Opt {
 	return append(opts, cfg.producerOpts...)
 }
 
-// producerOptsErr checks the user's producer options without I/O (a client is made and closed
-// unused): franz-go must accept them, and they must keep idempotent writes, and with them acks=all,
-// on: a record is settled once its retry copy, dead-letter record or reply is acknowledged, which
-// must mean written (DESIGN §3.9). They must not set a transactional id either: the App's producer
-// is not transactional, and with one every produce outside a transaction fails.
-func producerOptsErr(cfg appConfig) error {
-	opts := producerClientOpts(cfg)
-	if len(opts) == 0 {
-		return nil
+// checkOpts checks the user's producer options once, without I/O (probeOpts): franz-go must accept
+// them, and they must keep idempotent writes, and with them acks=all, on: a record is settled once
+// its retry copy, dead-letter record or reply is acknowledged, which must mean written (DESIGN
+// §3.9). They must not set a transactional id either: the App's producer is not transactional,
+// and with one every produce outside a transaction fails. It returns their partitioner for the
+// client. Start's validation calls it, or a Publish before Start; later calls return the first
+// one's result, so no client comes and goes while the App's clients run.
+func (p *producer) checkOpts() (kgo.Partitioner, error) {
+	p.probeMu.Lock()
+	defer p.probeMu.Unlock()
+	if !p.probed {
+		p.probed = true
+		p.base = kgo.StickyKeyPartitioner(nil)
+		if opts := producerClientOpts(p.app.cfg); len(opts) > 0 {
+			p.probeErr = probeOpts(opts, func(cl *kgo.Client) error {
+				p.base = partitionerOf(cl)
+				return producerClientErr(cl)
+			})
+		}
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	return producerClientErr(cl)
+	return p.base, p.probeErr
 }
 
 var (
-	// errIdempotenceOff is producerOptsErr's refusal of kgo.DisableIdempotentWrite.
+	// errIdempotenceOff is checkOpts's refusal of kgo.DisableIdempotentWrite.
 	errIdempotenceOff = errors.New("kgo.DisableIdempotentWrite: Tidemark settles records on acknowledged writes, which need idempotent writes with acks=all")
-	// errTransactionalIDOpt is producerOptsErr's refusal of kgo.TransactionalID.
+	// errTransactionalIDOpt is checkOpts's refusal of kgo.TransactionalID.
 	errTransactionalIDOpt = errors.New("kgo.TransactionalID: the App's producer is not transactional (every Publish outside a transaction would fail); give a subscription Commit(runtime.Transactional(id)) instead")
 )
 

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Upper bounds of sizes, so that a typo (a few zeros too many) fails Start instead of allocating
@@ -18,8 +20,8 @@ const (
 )
 
 // validate checks every option before any I/O and returns all problems joined, each a *ConfigError
-// naming its option (DESIGN §3.10).
-func validate(cfg appConfig, regs []registration) error {
+// naming its option (DESIGN §3.10). prodErr is what the producer's checkOpts found.
+func validate(cfg appConfig, regs []registration, prodErr error) error {
 	var errs []error
 	add := func(option, format string, args ...any) { errs = append(errs, configErr(option, format, args...)) }
 
@@ -47,8 +49,14 @@ func validate(cfg appConfig, regs []registration) error {
 	if cfg.revokeDrainTimeout <= 0 {
 		add("RevokeDrainTimeout", "need a positive duration, got %s", cfg.revokeDrainTimeout)
 	}
-	if err := producerOptsErr(cfg); err != nil {
-		add("ProducerOpts", "%v", err)
+	if prodErr != nil {
+		add("ProducerOpts", "%v", prodErr)
+	}
+	for i, o := range cfg.producerOpts {
+		switch o.(type) {
+		case kgo.ConsumerOpt, kgo.GroupOpt:
+			add("ProducerOpts", "option %d is a consumer or group option (kgo.ConsumerOpt, kgo.GroupOpt): give it to ClientOpts or a subscription's Config", i+1)
+		}
 	}
 	if len(regs) == 0 {
 		add("Handle", "no subscription registered")
