@@ -23,6 +23,24 @@ func partitionsOfValues(t *testing.T, c *kfaketest.Cluster, topic string) map[st
 	return got
 }
 
+// startCopying produces "once" and "always" to partition 2 of "in" and starts a Tracked App with
+// p as its producer's partitioner, MaxAttempts(2) and DeadLetter("dlq"): "once" fails once (a
+// retry copy back to partition 2), "always" fails twice (a copy, then a dead letter).
+func startCopying(t *testing.T, c *kfaketest.Cluster, p kgo.Partitioner) *runtime.App {
+	t.Helper()
+	c.ProduceValues(t, "in", 2, "once", "always")
+	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.RecordPartitioner(p)))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			if v := string(d.Record().Value); v == "always" || d.Attempt() == 1 {
+				return errors.New(v)
+			}
+			return nil
+		}), runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), fastBackoff)
+	start(t, app)
+	return app
+}
+
 // A kgo.RecordPartitioner in ProducerOpts partitions what Publish writes; Tidemark's own
 // partitioner only pins retry copies to their source partition (docs/operations.md).
 func TestPublishUsesTheProducerOptsPartitioner(t *testing.T) {
@@ -41,16 +59,7 @@ func TestPublishUsesTheProducerOptsPartitioner(t *testing.T) {
 // partitioner puts it: partition 0, the Partition a new record has (DESIGN §3.3).
 func TestRetryCopiesArePinnedUnderTheUsersPartitioner(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 3), kfaketest.Topic("dlq", 2))
-	c.ProduceValues(t, "in", 2, "once", "always")
-	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.RecordPartitioner(kgo.ManualPartitioner())))...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
-		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-			if v := string(d.Record().Value); v == "always" || d.Attempt() == 1 {
-				return errors.New(v)
-			}
-			return nil
-		}), runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), fastBackoff)
-	start(t, app)
+	app := startCopying(t, c, kgo.ManualPartitioner())
 	// originals at 0 and 1, copies at 2 and 3: all on partition 2
 	c.WaitCommitted(t, "g", "in", map[int32]int64{2: 4})
 	stop(t, app)
@@ -85,16 +94,7 @@ func TestBackupPartitionersPublishAndPinCopies(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := kfaketest.New(t, kfaketest.Topic("in", 3), kfaketest.Topic("out", 2), kfaketest.Topic("dlq", 2))
-			c.ProduceValues(t, "in", 2, "once", "always")
-			app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.RecordPartitioner(p)))...)
-			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
-				runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-					if v := string(d.Record().Value); v == "always" || d.Attempt() == 1 {
-						return errors.New(v)
-					}
-					return nil
-				}), runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), fastBackoff)
-			start(t, app)
+			app := startCopying(t, c, p)
 			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 			defer cancel()
 			require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("keyless")}))
