@@ -116,10 +116,11 @@ func MaxPollRecords(n int) Option {
 // settings shared through ClientOpts. Idempotence and acks=all stay on (DESIGN §3.9): Start fails
 // with a *ConfigError naming ProducerOpts on kgo.DisableIdempotentWrite or kgo.TransactionalID
 // (here or in ClientOpts: the App's producer is not transactional), on a consumer or group option
-// here, or on options franz-go rejects. A kgo.RecordPartitioner here or in ClientOpts partitions
-// everything Tidemark's clients produce, except retry copies going back to their source partition. QueueTimeout counts records against MaxBufferedRecords; with
-// kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded by its ctx (and Shutdown),
-// not by QueueTimeout.
+// here, or on options franz-go rejects; a Publish before Start fails on them too. A
+// kgo.RecordPartitioner here or in ClientOpts partitions everything Tidemark's clients produce,
+// except retry copies going back to their source partition. QueueTimeout counts records against
+// MaxBufferedRecords; with kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded
+// by its ctx (and Shutdown), not by QueueTimeout.
 func ProducerOpts(opts ...kgo.Opt) Option {
 	return appOption(func(c *appConfig) { c.producerOpts = append(c.producerOpts, opts...) })
 }

@@ -226,7 +226,8 @@ func producerClientOpts(cfg appConfig) []kgo.Opt {
 // them, and they must keep idempotent writes, and with them acks=all, on: a record is settled once
 // its retry copy, dead-letter record or reply is acknowledged, which must mean written (DESIGN
 // §3.9). They must not set a transactional id either: the App's producer is not transactional,
-// and with one every produce outside a transaction fails. It returns their partitioner for the
+// and with one every produce outside a transaction fails; nor may ProducerOpts hold consumer or
+// group options, which would make the producer consume. It returns their partitioner for the
 // client. Start's validation calls it, or a Publish before Start; later calls return the first
 // one's result, so no client comes and goes while the App's clients run.
 func (p *producer) checkOpts() (kgo.Partitioner, error) {
@@ -235,6 +236,13 @@ func (p *producer) checkOpts() (kgo.Partitioner, error) {
 	if !p.probed {
 		p.probed = true
 		p.base = kgo.StickyKeyPartitioner(nil)
+		for i, o := range p.app.cfg.producerOpts {
+			switch o.(type) {
+			case kgo.ConsumerOpt, kgo.GroupOpt:
+				p.probeErr = fmt.Errorf("option %d is a consumer or group option (kgo.ConsumerOpt, kgo.GroupOpt): give it to ClientOpts or a subscription's Config", i+1)
+				return p.base, p.probeErr
+			}
+		}
 		if opts := producerClientOpts(p.app.cfg); len(opts) > 0 {
 			p.probeErr = probeOpts(opts, func(cl *kgo.Client) error {
 				p.base = partitionerOf(cl)

@@ -188,8 +188,9 @@ func TestFailedStartReportsRecordsItsProducerDidNotFlush(t *testing.T) {
 // with a transactional id, it fails, and nothing is produced.
 func TestPublishBeforeStartRefusesWhatStartRefuses(t *testing.T) {
 	for name, opts := range map[string][]kgo.Opt{
-		"kgo.DisableIdempotentWrite": {kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())},
-		"kgo.TransactionalID":        {kgo.TransactionalID("x")},
+		"kgo.DisableIdempotentWrite":             {kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())},
+		"kgo.TransactionalID":                    {kgo.TransactionalID("x")},
+		"option 2 is a consumer or group option": {kgo.ProducerLinger(0), kgo.ConsumerGroup("g")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := kfaketest.New(t, kfaketest.Topic("out", 1))
@@ -198,7 +199,7 @@ func TestPublishBeforeStartRefusesWhatStartRefuses(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 			defer cancel()
 			err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("v")})
-			require.ErrorContains(t, err, "tidemark: producer: "+name+": ")
+			require.ErrorContains(t, err, "tidemark: producer: "+name)
 			require.Empty(t, c.ReadAll(t, "out", false))
 		})
 	}

@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Upper bounds of sizes, so that a typo (a few zeros too many) fails Start instead of allocating
@@ -51,12 +49,6 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	}
 	if prodErr != nil {
 		add("ProducerOpts", "%v", prodErr)
-	}
-	for i, o := range cfg.producerOpts {
-		switch o.(type) {
-		case kgo.ConsumerOpt, kgo.GroupOpt:
-			add("ProducerOpts", "option %d is a consumer or group option (kgo.ConsumerOpt, kgo.GroupOpt): give it to ClientOpts or a subscription's Config", i+1)
-		}
 	}
 	if len(regs) == 0 {
 		add("Handle", "no subscription registered")
