@@ -236,19 +236,20 @@ func (p *producer) checkOpts() (kgo.Partitioner, error) {
 	if !p.probed {
 		p.probed = true
 		p.base = kgo.StickyKeyPartitioner(nil)
+		var errs []error // every problem, joined
 		for i, o := range p.app.cfg.producerOpts {
 			switch o.(type) {
 			case kgo.ConsumerOpt, kgo.GroupOpt:
-				p.probeErr = fmt.Errorf("option %d is a consumer or group option (kgo.ConsumerOpt, kgo.GroupOpt): give it to ClientOpts or a subscription's Config", i+1)
-				return p.base, p.probeErr
+				errs = append(errs, fmt.Errorf("option %d is a consumer or group option (kgo.ConsumerOpt, kgo.GroupOpt): give it to ClientOpts or a subscription's Config", i+1))
 			}
 		}
-		if opts := producerClientOpts(p.app.cfg); len(opts) > 0 {
-			p.probeErr = probeOpts(opts, func(cl *kgo.Client) error {
+		if opts := producerClientOpts(p.app.cfg); len(opts) > 0 { // the probe leaves those out
+			errs = append(errs, probeOpts(opts, func(cl *kgo.Client) error {
 				p.base = partitionerOf(cl)
 				return producerClientErr(cl)
-			})
+			}))
 		}
+		p.probeErr = errors.Join(errs...)
 	}
 	return p.base, p.probeErr
 }
@@ -260,16 +261,17 @@ var (
 	errTransactionalIDOpt = errors.New("kgo.TransactionalID: the App's producer is not transactional (every Publish outside a transaction would fail); give a subscription Commit(runtime.Transactional(id)) instead")
 )
 
-// producerClientErr returns errIdempotenceOff if cl's idempotent writes are turned off, and
-// errTransactionalIDOpt if cl has a transactional id.
+// producerClientErr returns errIdempotenceOff if cl's idempotent writes are turned off and
+// errTransactionalIDOpt if cl has a transactional id, joined.
 func producerClientErr(cl *kgo.Client) error {
+	var errs []error
 	if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
-		return errIdempotenceOff
+		errs = append(errs, errIdempotenceOff)
 	}
 	if id, _ := cl.OptValue(kgo.TransactionalID).(string); id != "" {
-		return errTransactionalIDOpt
+		errs = append(errs, errTransactionalIDOpt)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // close flushes what is buffered, bounded by FlushTimeout, closes the client, which fails what the

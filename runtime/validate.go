@@ -47,8 +47,8 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	if cfg.revokeDrainTimeout <= 0 {
 		add("RevokeDrainTimeout", "need a positive duration, got %s", cfg.revokeDrainTimeout)
 	}
-	if prodErr != nil {
-		add("ProducerOpts", "%v", prodErr)
+	for _, e := range unjoin(prodErr) { // one *ConfigError per problem, each errors.Is-able
+		errs = append(errs, &ConfigError{Option: "ProducerOpts", Err: e})
 	}
 	if len(regs) == 0 {
 		add("Handle", "no subscription registered")
@@ -206,6 +206,23 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unjoin returns the errors errors.Join joined in err, at any depth; err itself if it joins none;
+// nothing for nil.
+func unjoin(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		if err == nil {
+			return nil
+		}
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, unjoin(e)...)
+	}
+	return out
 }
 
 // isNil reports whether a handler is nil: the interface itself, or a nil function in it (a
