@@ -236,7 +236,9 @@ func (a *App) closedErr() error {
 // bounds its drain of running handlers (the flush, the final commit and a last Transactional window
 // have their own bounds: FlushTimeout, 5 s, WindowTimeout). It returns only
 // after every goroutine the App started has returned: nil after a clean stop, the fatal error (a
-// *PanicError, for instance) otherwise, joined with the shutdown's error.
+// *PanicError, for instance) otherwise, joined with the shutdown's error. When Start fails, Run
+// returns Start's error, ctx ending before Start has finished included: that error wraps ctx's
+// (errors.Is(err, context.Canceled)) and the App is Failed.
 func (a *App) Run(ctx context.Context) error {
 	if err := a.Start(ctx); err != nil {
 		if !errors.Is(err, ErrStarted) {

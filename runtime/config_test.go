@@ -324,6 +324,41 @@ func TestRunEndedByShutdownDuringStartReturnsAfterIt(t *testing.T) {
 	}
 }
 
+// Run whose ctx ends while Start waits for the group (a SIGTERM during start-up) returns Start's
+// error, which wraps the ctx's, once everything has stopped: the App is Failed and committed nothing.
+func TestRunWhoseCtxEndsDuringStartReturnsStartsError(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	join := c.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Group: "g",
+		Err: kerr.CoordinatorLoadInProgress, Count: -1})
+	defer join.Remove()
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), ack)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- app.Run(ctx) }()
+	eventually(t, func() bool { return join.Hits() > 0 }, "Run never tried to join")
+	cancel()
+	var err error
+	select {
+	case err = <-ran:
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("Run did not return")
+	}
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "tidemark: start: ")
+	st, why := app.State()
+	require.Equal(t, runtime.StateFailed, st)
+	require.ErrorIs(t, why, context.Canceled)
+	select {
+	case <-app.Done():
+	default:
+		t.Fatal("Run returned before the App had stopped")
+	}
+	require.Empty(t, c.Committed(t, "g", "in"))
+}
+
 // tidemarkGoroutines returns the stacks of the live goroutines running the runtime package's code,
 // the tests' excepted.
 func tidemarkGoroutines() []string {

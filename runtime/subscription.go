@@ -101,7 +101,9 @@ type Subscription struct {
 // Topic subscribes to one topic as a member of the subscription's consumer group.
 func Topic(name string) Subscription { return Subscription{kind: subTopics, topics: []string{name}} }
 
-// Topics subscribes to several topics in one group, with one handler.
+// Topics subscribes to several topics in one group, with one handler. Its registration must name
+// where retry copies go, RetryTo(topic) or RetryToSource(), even if the handler never retries:
+// Start fails with a *ConfigError otherwise (DESIGN §3.3).
 func Topics(names ...string) Subscription {
 	return Subscription{kind: subTopics, topics: append([]string(nil), names...)}
 }
@@ -109,14 +111,16 @@ func Topics(names ...string) Subscription {
 // Pattern subscribes to every topic whose name matches regex (Go RE2 syntax, anchored: it must start
 // with "^"). Topics created later join when the client next refreshes metadata, every
 // kgo.MetadataMaxAge (franz-go's default 5m; set it with Config). Start returns once metadata has
-// loaded, even if nothing matches yet.
+// loaded, even if nothing matches yet. As for Topics, its registration must name RetryTo(topic) or
+// RetryToSource().
 func Pattern(regex string) Subscription { return Subscription{kind: subPattern, pattern: regex} }
 
 // Partitions reads the given partitions of topic directly, without group membership (franz-go
 // refuses ConsumePartitions with a group). With Group(g) it starts from g's committed offsets and
 // commits into g with kadm; g must not be used by any group subscription. Tracked needs a group.
 // A partition named twice, a negative one or one the topic does not have fails Start with a
-// *ConfigError.
+// *ConfigError. Its registration must name RetryToSource() (RetryTo is for group subscriptions),
+// even if the handler never retries.
 func Partitions(topic string, partitions ...int32) Subscription {
 	return Subscription{kind: subPartitions, topics: []string{topic}, partitions: append([]int32(nil), partitions...)}
 }
