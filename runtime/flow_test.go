@@ -81,19 +81,26 @@ func TestMaxInFlightDoesNotLetAStuckPartitionStopTheOthers(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 3))
 	produceParts(t, c, "in", 3, n)
 	release := make(chan struct{})
+	startStuckAt(t, c, 5, release)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 5, 1: n, 2: n})
+	require.Equal(t, int64(5), c.Committed(t, "g", "in")[0], "nothing passes the stuck record")
+	close(release)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: n, 1: n, 2: n})
+}
+
+// startStuckAt starts a Tracked App on "in" (3 lanes, MaxInFlightPerPartition(20), MaxInFlight(30))
+// whose handler holds record (0, off) until release is closed (or its ctx ends).
+func startStuckAt(t *testing.T, c *kfaketest.Cluster, off int64, release chan struct{}) {
+	t.Helper()
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
 		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			if r := d.Record(); r.Partition == 0 && r.Offset == 5 {
+			if r := d.Record(); r.Partition == 0 && r.Offset == off {
 				return await(ctx, release)
 			}
 			return nil
 		}), runtime.Workers(3), runtime.MaxInFlightPerPartition(20), runtime.MaxInFlight(30))
 	start(t, app)
-	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 5, 1: n, 2: n})
-	require.Equal(t, int64(5), c.Committed(t, "g", "in")[0], "nothing passes the stuck record")
-	close(release)
-	c.WaitCommitted(t, "g", "in", map[int32]int64{0: n, 1: n, 2: n})
 }
 
 // The same stuck partition, but the others have nothing waiting when the subscription pauses: the
@@ -105,15 +112,7 @@ func TestMaxInFlightLetsRecordsProducedLaterPastAStuckPartition(t *testing.T) {
 	c.ProduceValues(t, "in", 0, partValues(0, 100)...)
 	c.ProduceValues(t, "in", 1, partValues(1, 10)...)
 	release := make(chan struct{})
-	app := runtime.New(appOpts(c)...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
-		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			if r := d.Record(); r.Partition == 0 && r.Offset == 0 {
-				return await(ctx, release)
-			}
-			return nil
-		}), runtime.Workers(3), runtime.MaxInFlightPerPartition(20), runtime.MaxInFlight(30))
-	start(t, app)
+	startStuckAt(t, c, 0, release)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 0, 1: 10})
 	c.ProduceValues(t, "in", 2, partValues(2, 5)...)
 	c.ProduceValues(t, "in", 1, partValues(1, 5)...)
