@@ -26,6 +26,12 @@ import (
 // the input (a kgo hook, called once per batch; above 1 means records were fetched again), and a
 // fourth contender, Tracked with MaxInFlightPerPartition(16384), which shows what the default
 // bound costs (see docs/performance.md). No Observer is set: the runtime runs as by default.
+//
+// Beside the rates, each contender's CPU per record (cpu-ns/rec, the median over the rounds): the
+// process's CPU time (user + system, getrusage) from the contender's start to its shutdown,
+// divided by the input. The cluster runs in this process, so every contender pays for serving its
+// fetches too; the difference from raw is what Tidemark's own work costs, whatever the sharing of
+// the cores did to the rates.
 func BenchmarkEndToEnd(b *testing.B) {
 	hw := produce(b, e2eInput)
 	n := total(hw)
@@ -34,6 +40,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		rates    []float64 // steady state
 		runRates []float64 // creation to committed
 		fetched  float64   // records decoded by fetches, over every round
+		cpu      []float64 // CPU ns per record, per round
 		run      func(fc *fetchCounter, clk *clock) time.Duration
 	}
 	tidemark := func(prefix string, mode runtime.CommitMode, opts ...runtime.HandleOption) func(*fetchCounter, *clock) time.Duration {
@@ -55,7 +62,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 			line := fmt.Sprintf("round %d:", r+1)
 			for _, c := range cs {
 				fc, clk := &fetchCounter{}, &clock{want: n}
+				cpu0, cpuOK := processCPU()
 				d := c.run(fc, clk)
+				if cpu1, ok := processCPU(); ok && cpuOK {
+					c.cpu = append(c.cpu, float64(cpu1-cpu0)/float64(n))
+				}
 				consumed := clk.consumed()
 				if consumed <= 0 {
 					b.Fatalf("%s: the clock saw %d of %d records", c.name, clk.n.Load(), n)
@@ -64,7 +75,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 				c.rates = append(c.rates, rate)
 				c.runRates = append(c.runRates, runRate)
 				c.fetched += float64(fc.records.Load())
-				line += fmt.Sprintf(" %s %.0f records/s (run %.0f, fetched %.2f per record);", c.name, rate, runRate, float64(fc.records.Load())/float64(n))
+				line += fmt.Sprintf(" %s %.0f records/s (run %.0f, fetched %.2f per record", c.name, rate, runRate, float64(fc.records.Load())/float64(n))
+				if len(c.cpu) > r {
+					line += fmt.Sprintf(", %.0f ns CPU per record", c.cpu[r])
+				}
+				line += ");"
 			}
 			b.Log(line) // one line per round: the testing package keeps only 10 lines of a benchmark's log
 		}
@@ -80,5 +95,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 			b.ReportMetric(mr/rawRun, c.name+"-run/raw")
 		}
 		b.ReportMetric(c.fetched/float64(n)/runs, c.name+"-fetched/rec")
+		if len(c.cpu) > 0 {
+			b.ReportMetric(median(c.cpu), c.name+"-cpu-ns/rec")
+		}
 	}
 }

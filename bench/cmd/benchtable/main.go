@@ -190,7 +190,14 @@ func render(w io.Writer, r results) {
 				rr, _ := r.get(e2e, c+"-run/raw")
 				s += fmt.Sprintf(", %.2f of raw's", rr)
 			}
-			return fmt.Sprintf("%s; %.2f records fetched per record", s, f)
+			s = fmt.Sprintf("%s; %.2f records fetched per record", s, f)
+			if cpu, ok := r.get(e2e, c+"-cpu-ns/rec"); ok {
+				s += fmt.Sprintf("; %s ns of CPU per record", count(cpu))
+				if rawCPU, ok := r.get(e2e, "raw-cpu-ns/rec"); ok && c != "raw" {
+					s += fmt.Sprintf(", %+.0f over raw's", cpu-rawCPU)
+				}
+			}
+			return s
 		}
 		auto, _ := r.get(e2e, "auto-rec/s")
 		tracked, _ := r.get(e2e, "tracked-rec/s")
