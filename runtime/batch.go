@@ -55,34 +55,53 @@ func BatchAll(fn func(ctx context.Context, ds []*Delivery) error) BatchHandler {
 
 // JSONBatch adapts a function of decoded values: each record's value is decoded into a T with
 // encoding/json; elements that do not decode are dropped (ErrDecode) and not passed to fn, which
-// returns one error per value it received, in order. A nil fn gives a nil BatchHandler, which
+// returns one error per value it received, in order. A result of fn of the wrong length is
+// handled and logged as a BatchHandler's (DESIGN §3.5). A nil fn gives a nil BatchHandler, which
 // Start reports.
 func JSONBatch[T any](fn func(ctx context.Context, vs []T) []error) BatchHandler {
 	if fn == nil {
 		return nil
 	}
-	return BatchHandlerFunc(func(ctx context.Context, ds []*Delivery) []error {
-		out := make([]error, len(ds))
-		vs := make([]T, 0, len(ds))
-		idx := make([]int, 0, len(ds))
-		for i, d := range ds {
-			var v T
-			if err := json.Unmarshal(d.Record().Value, &v); err != nil {
-				out[i] = Drop(fmt.Errorf("%w: %w", ErrDecode, err))
-				continue
-			}
-			vs = append(vs, v)
-			idx = append(idx, i)
+	return jsonBatch[T](fn)
+}
+
+// jsonBatch is JSONBatch's BatchHandler. It aligns fn's result itself, since fn sees only the
+// values that decoded, and tells the runtime how far off it was (an aligningBatchHandler).
+type jsonBatch[T any] func(ctx context.Context, vs []T) []error
+
+func (fn jsonBatch[T]) HandleBatch(ctx context.Context, ds []*Delivery) []error {
+	out, _, _ := fn.handleBatchAligned(ctx, ds)
+	return out
+}
+
+func (fn jsonBatch[T]) handleBatchAligned(ctx context.Context, ds []*Delivery) (out []error, short, extra int) {
+	out = make([]error, len(ds))
+	vs := make([]T, 0, len(ds))
+	idx := make([]int, 0, len(ds))
+	for i, d := range ds {
+		var v T
+		if err := json.Unmarshal(d.Record().Value, &v); err != nil {
+			out[i] = Drop(fmt.Errorf("%w: %w", ErrDecode, err))
+			continue
 		}
-		if len(vs) == 0 {
-			return out
-		}
-		res, _, _ := batch.Align(fn(ctx, vs), len(vs), Retry(errShortBatch))
-		for j, i := range idx {
-			out[i] = res[j]
-		}
-		return out
-	})
+		vs = append(vs, v)
+		idx = append(idx, i)
+	}
+	if len(vs) == 0 {
+		return out, 0, 0
+	}
+	res, short, extra := batch.Align(fn(ctx, vs), len(vs), Retry(errShortBatch))
+	for j, i := range idx {
+		out[i] = res[j]
+	}
+	return out, short, extra
+}
+
+// An aligningBatchHandler is a BatchHandler adapter that aligns its function's result with the
+// batch itself and returns how many elements it retried for want of a result (short) and how
+// many entries past the end it ignored (extra), for handleBatch's log line.
+type aligningBatchHandler interface {
+	handleBatchAligned(ctx context.Context, ds []*Delivery) (results []error, short, extra int)
 }
 
 var errShortBatch = fmt.Errorf("tidemark: the batch handler returned no result for this element")
@@ -116,7 +135,7 @@ func (c *consumer) handleBatch(items []*item) {
 		ctx = withPublishes(ctx, &pubs)
 	}
 	start := time.Now()
-	results, perr := c.invokeBatch(ctx, ds)
+	results, short, extra, perr := c.invokeBatch(ctx, ds)
 	dur := time.Since(start)
 	if perr != nil {
 		c.log.Error("tidemark: batch handler panicked", "topic", perr.Topic, "partition", perr.Partition, "offset", perr.Offset,
@@ -142,10 +161,11 @@ func (c *consumer) handleBatch(items []*item) {
 			results[i] = err
 		}
 	}
-	aligned, short, extra := batch.Align(results, len(work), Retry(errShortBatch))
-	if short > 0 || extra > 0 {
+	aligned, s, e := batch.Align(results, len(work), Retry(errShortBatch))
+	if short, extra = short+s, extra+e; short > 0 || extra > 0 {
 		c.log.Warn("tidemark: batch handler returned a result of the wrong length",
-			"batch", len(work), "results", len(results), "retried", short, "ignored", extra)
+			"topic", work[0].rec.Topic, "partition", work[0].rec.Partition, "offset", work[0].rec.Offset,
+			"batch", len(work), "retried", short, "ignored", extra)
 	}
 	pubs.returned(work[0].win) // before its elements settle: one's abort is not another's cause
 	for i, it := range work {
@@ -155,15 +175,19 @@ func (c *consumer) handleBatch(items []*item) {
 }
 
 // invokeBatch calls the batch handler, recovering a panic into a *PanicError naming the first
-// element.
-func (c *consumer) invokeBatch(ctx context.Context, ds []*Delivery) (results []error, perr *PanicError) {
+// element. short and extra are what an aligningBatchHandler reports; 0 for others.
+func (c *consumer) invokeBatch(ctx context.Context, ds []*Delivery) (results []error, short, extra int, perr *PanicError) {
+	r := ds[0].rec // before the handler, which may change ds
 	defer func() {
 		if v := recover(); v != nil {
-			r := ds[0].rec
 			perr = &PanicError{Value: v, Stack: debugStack(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 		}
 	}()
-	return c.bh.HandleBatch(ctx, ds), nil
+	if a, ok := c.bh.(aligningBatchHandler); ok {
+		results, short, extra = a.handleBatchAligned(ctx, ds)
+		return results, short, extra, nil
+	}
+	return c.bh.HandleBatch(ctx, ds), 0, 0, nil
 }
 
 // batchContext is the ctx of a batch: its partition's handler ctx, or, for a batch spanning

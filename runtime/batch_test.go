@@ -2,9 +2,12 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,4 +206,89 @@ func TestJSONBatchDropsUndecodableElements(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int{1, 3}, sums)
+}
+
+// A result of the wrong length is logged once per batch, with how many elements it retried and
+// how many entries it ignored, from a BatchHandler and from JSONBatch's fn alike (whose result
+// covers only the values that decoded); the uncovered elements are handled again, the extra
+// entries change nothing (DESIGN §3.5).
+func TestBatchResultOfTheWrongLengthIsLogged(t *testing.T) {
+	const msg = "tidemark: batch handler returned a result of the wrong length"
+	ok := func(n int) []error { return make([]error, n) }
+	cases := []struct {
+		name            string
+		in              []string
+		json            bool
+		first           int // results the first call returns; later calls return one per element
+		retried, ignore int
+		want            []string // handled values, in order
+	}{
+		{"BatchHandler short", values("r", 4), false, 2, 2, 0, []string{"r00", "r01", "r02", "r03", "r02", "r03"}},
+		{"BatchHandler long", values("r", 4), false, 6, 0, 2, []string{"r00", "r01", "r02", "r03"}},
+		{"JSONBatch short", []string{`{"amount":1}`, `bad`, `{"amount":3}`, `{"amount":4}`}, true, 1, 2, 0,
+			[]string{"1", "3", "4", "3", "4"}},
+		{"JSONBatch long", []string{`{"amount":1}`, `bad`, `{"amount":3}`, `{"amount":4}`}, true, 5, 0, 2,
+			[]string{"1", "3", "4"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			c.ProduceValues(t, "in", 0, tc.in...)
+			var (
+				out     lockedBuffer
+				mu      sync.Mutex
+				handled []string
+				calls   int
+			)
+			result := func(n int) []error { // under mu
+				calls++
+				if calls == 1 {
+					return ok(tc.first)
+				}
+				return ok(n)
+			}
+			h := runtime.BatchHandler(runtime.BatchHandlerFunc(func(_ context.Context, ds []*runtime.Delivery) []error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, d := range ds {
+					handled = append(handled, string(d.Record().Value))
+				}
+				return result(len(ds))
+			}))
+			if tc.json {
+				h = runtime.JSONBatch(func(_ context.Context, ls []line) []error {
+					mu.Lock()
+					defer mu.Unlock()
+					for _, l := range ls {
+						handled = append(handled, fmt.Sprint(l.Amount))
+					}
+					return result(len(ls))
+				})
+			}
+			app := runtime.New(appOpts(c, runtime.Logger(slog.New(slog.NewJSONHandler(&out, nil))))...)
+			runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 4, h, fastBackoff)
+			start(t, app)
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 4})
+			stop(t, app)
+
+			mu.Lock()
+			require.Equal(t, tc.want, handled)
+			mu.Unlock()
+			var lines []map[string]any
+			for l := range strings.Lines(out.String()) {
+				if strings.Contains(l, msg) {
+					var attrs map[string]any
+					require.NoError(t, json.Unmarshal([]byte(l), &attrs))
+					lines = append(lines, attrs)
+				}
+			}
+			require.Len(t, lines, 1, "the log:\n%s", out.String())
+			require.Equal(t, "WARN", lines[0]["level"])
+			require.Equal(t, float64(4), lines[0]["batch"])
+			require.Equal(t, float64(tc.retried), lines[0]["retried"])
+			require.Equal(t, float64(tc.ignore), lines[0]["ignored"])
+			require.Equal(t, "in", lines[0]["topic"])
+			require.Equal(t, float64(0), lines[0]["offset"])
+		})
+	}
 }

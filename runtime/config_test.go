@@ -3,8 +3,10 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	goruntime "runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,14 +216,43 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 	}
 }
 
-// The outcome constructors keep the user's cause visible to errors.Is.
+// The outcome constructors keep the user's cause visible to errors.Is; without one, the cause
+// reported to the Observer and the log is the runtime's own, prefixed as every Tidemark error.
 func TestOutcomesWrapTheirCause(t *testing.T) {
 	cause := errors.New("bank down")
 	require.ErrorIs(t, runtime.Drop(cause), cause)
 	require.ErrorIs(t, runtime.Retry(cause), cause)
 	require.EqualError(t, runtime.Drop(cause), "tidemark: drop: bank down")
 	require.EqualError(t, runtime.Retry(cause), "tidemark: retry: bank down")
-	require.EqualError(t, runtime.Drop(nil), "tidemark: drop: dropped")
+	require.EqualError(t, runtime.Drop(nil), "tidemark: dropped")
+	require.EqualError(t, runtime.Retry(nil), "tidemark: retry requested")
+	require.EqualError(t, runtime.RetryAfter(time.Second, nil), "tidemark: retry requested")
+
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a", "b")
+	obs := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	var calls atomic.Int32
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			if string(d.Record().Value) == "a" {
+				return runtime.Drop(nil)
+			}
+			if calls.Add(1) == 1 {
+				return runtime.Retry(nil)
+			}
+			return nil
+		}), fastBackoff)
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+	stop(t, app)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	var got []string
+	for _, e := range obs.settled {
+		got = append(got, fmt.Sprintf("%d %v %v", e.Offset, e.Outcome, e.Err))
+	}
+	require.Equal(t, []string{"0 drop tidemark: dropped", "1 retry tidemark: retry requested", "1 ack <nil>"}, got)
 }
 
 // A subscribed or Reply topic that does not exist fails Start at once, naming it, and Handle after

@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// Errors returned or reported by the runtime. Every error Tidemark makes starts with "tidemark: "
-// and can be matched with errors.Is.
+// Errors returned or reported by the runtime, to be matched with errors.Is. Every error Tidemark
+// makes starts with "tidemark: "; the causes it only reports in SettledEvent.Err and the log (a
+// revoke's, a short batch result's, Drop(nil)'s) are not among these and may change.
 var (
 	// ErrRetryUnsupported is reported (to the Observer and the log) when a handler asks for a
 	// retry in the Auto mode without a retry policy: the record is not handled again (DESIGN §3.2).

@@ -22,6 +22,9 @@ type outcome struct {
 }
 
 func (o *outcome) Error() string {
+	if o.err == errDropped || o.err == errRetried { // Drop(nil), Retry(nil): the cause says it all
+		return o.err.Error()
+	}
 	switch o.kind {
 	case kindDrop:
 		return "tidemark: drop: " + o.err.Error()
@@ -33,8 +36,8 @@ func (o *outcome) Error() string {
 func (o *outcome) Unwrap() error { return o.err }
 
 var (
-	errDropped = errors.New("dropped")
-	errRetried = errors.New("retry requested")
+	errDropped = errors.New("tidemark: dropped")         // Drop(nil)'s cause
+	errRetried = errors.New("tidemark: retry requested") // Retry(nil)'s and RetryAfter(d, nil)'s
 )
 
 // Drop returns the outcome "discard this record": it is settled as done and never handled again
