@@ -212,6 +212,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		ectx, cancel := context.WithTimeout(base, c.cfg.windowTimeout)
 		committed, err := c.sess.End(ectx, try)
 		cancel()
+		tw.w.Release() // its handlers' ctx: done with, and no longer held by c.workCtx
 		switch {
 		case err != nil:
 			if !c.sessionFailed(ctx, err, &failures) {

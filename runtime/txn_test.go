@@ -702,3 +702,44 @@ func TestTransactionalFailedCopyCountsTheAttempt(t *testing.T) {
 	dead := c.ReadAll(t, "dlq", true)
 	require.Equal(t, []string{"3"}, hv(dead[0], dlq.AttemptsHeader))
 }
+
+// A handler's ctx is the window's, valid for the call: once the window's transaction has committed,
+// it is cancelled with ErrWindowClosed as its cause, and released (DESIGN §3.4). Each record runs
+// in a window of its own here; before, every committed window's ctx stayed live under the App.
+func TestTransactionalCommittedWindowsEndTheirHandlersCtx(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	var (
+		mu   sync.Mutex
+		ctxs []context.Context
+	)
+	var app *runtime.App
+	app = txnApp(c, "tx-release", func(a *runtime.App) runtime.Handler {
+		return transform(&app, func(ctx context.Context, d *runtime.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			ctxs = append(ctxs, ctx)
+			return nil
+		})
+	}, runtime.CommitInterval(5*time.Millisecond))
+	start(t, app)
+	const n = 5
+	for i := range n {
+		c.ProduceValues(t, "in", 0, fmt.Sprint(i))
+		c.WaitCommitted(t, "g", "in", map[int32]int64{0: int64(i + 1)})
+	}
+	eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ctx := range ctxs {
+			if ctx.Err() == nil {
+				return false
+			}
+		}
+		return len(ctxs) == n
+	}, "every committed window's ctx ends")
+	stop(t, app)
+	requireOneOutputPerInput(t, c, n)
+	for _, ctx := range ctxs {
+		require.ErrorIs(t, context.Cause(ctx), runtime.ErrWindowClosed)
+	}
+}

@@ -36,7 +36,8 @@ func New(parent context.Context) *Window {
 	return &Window{ctx: ctx, cancel: cancel, idle: make(chan struct{})}
 }
 
-// Context returns the window's context: the handlers' ctx, cancelled when the window aborts.
+// Context returns the window's context: the handlers' ctx, cancelled when the window aborts or
+// is released.
 func (w *Window) Context() context.Context { return w.ctx }
 
 // Add counts n more records into the window. It panics if the window is sealed, or if n would
@@ -151,6 +152,13 @@ func (w *Window) Close() {
 	defer w.guard.Unlock()
 	w.closed = true
 }
+
+// Release ends the window's context once its transaction has ended, committed or aborted: it is
+// cancelled with ErrClosed as its cause, unless an abort cancelled it already. Until then the
+// context stays registered with New's parent, so a loop that opens a window per transaction and
+// never releases them holds one context per transaction until the parent ends. Call it after
+// Close and the transaction's end; handlers are done with the context by then.
+func (w *Window) Release() { w.cancel(ErrClosed) }
 
 // Closed reports whether Close was called.
 func (w *Window) Closed() bool {

@@ -47,6 +47,33 @@ func TestAbortCancelsAndCloseRefusesProduces(t *testing.T) {
 	require.False(t, ran)
 }
 
+// Release ends a committed window's context with ErrClosed and leaves its parent running; an
+// aborted window's context keeps the abort's reason.
+func TestReleaseEndsTheContext(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := New(parent)
+	w.Add(1)
+	w.Seal()
+	w.Done()
+	require.NoError(t, w.Wait(context.Background()))
+	w.Close()
+	require.NoError(t, w.Context().Err(), "closing does not end the context")
+	w.Release()
+	require.ErrorIs(t, w.Context().Err(), context.Canceled)
+	require.ErrorIs(t, context.Cause(w.Context()), ErrClosed)
+	require.NoError(t, w.Aborted(), "a released window was not aborted")
+	require.NoError(t, parent.Err())
+
+	reason := errors.New("retry asked")
+	a := New(parent)
+	a.Abort(reason)
+	a.Close()
+	a.Release()
+	require.ErrorIs(t, context.Cause(a.Context()), reason)
+	require.ErrorIs(t, a.Aborted(), reason)
+}
+
 // Abort with a nil reason still aborts: Wait and Aborted report ErrAborted, never success.
 func TestAbortWithANilReasonIsAnAbort(t *testing.T) {
 	w := New(context.Background())
