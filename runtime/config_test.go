@@ -216,6 +216,22 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 	}
 }
 
+// A topic named twice in one subscription is reported as such, once, not as a subscription that
+// shares its group and topic with itself; a pattern that is neither anchored nor a regular
+// expression gets both problems.
+func TestStartNamesATopicNamedTwiceAndABadPattern(t *testing.T) {
+	app := runtime.New(runtime.Brokers("127.0.0.1:1"), runtime.DefaultGroup("g"))
+	runtime.Handle(app, runtime.Topics("t", "u", "t", "t"), ack, runtime.RetryToSource())
+	runtime.Handle(app, runtime.Pattern("(("), ack, runtime.RetryToSource())
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	err := app.Start(ctx)
+	require.EqualError(t, err, `tidemark: Topics("t", "u", "t", "t"): topic "t" is named twice`+"\n"+
+		`tidemark: Pattern("(("): a pattern must be anchored: it must start with "^"`+"\n"+
+		"tidemark: Pattern(\"((\"): invalid regular expression: error parsing regexp: missing closing ): `((`")
+	require.NoError(t, app.Shutdown(ctx))
+}
+
 // The outcome constructors keep the user's cause visible to errors.Is; without one, the cause
 // reported to the Observer and the log is the runtime's own, prefixed as every Tidemark error.
 func TestOutcomesWrapTheirCause(t *testing.T) {

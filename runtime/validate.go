@@ -147,15 +147,19 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 			if len(s.topics) == 0 {
 				add(name, "no topic named")
 			}
-			for _, t := range s.topics {
-				if t == "" {
+			for i, t := range s.topics {
+				switch {
+				case t == "":
 					add(name, "empty topic name")
+				case slices.Index(s.topics, t) < i && slices.Index(s.topics[i+1:], t) < 0: // once per topic
+					add(name, "topic %q is named twice", t)
 				}
 			}
 		case subPattern:
 			if s.pattern == "" || !strings.HasPrefix(s.pattern, "^") {
 				add(name, "a pattern must be anchored: it must start with \"^\"")
-			} else if _, err := regexp.Compile(s.pattern); err != nil {
+			}
+			if _, err := regexp.Compile(s.pattern); err != nil {
 				add(name, "invalid regular expression: %w", err)
 			}
 		case subPartitions:
@@ -184,9 +188,9 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 				continue
 			}
 			groupUsers[group] = name
-			topics := s.topics
+			topics := slices.Compact(slices.Sorted(slices.Values(s.topics))) // a topic named twice: reported above
 			if r.cfg.retryTo != "" && !slices.Contains(topics, r.cfg.retryTo) {
-				topics = append(slices.Clone(topics), r.cfg.retryTo)
+				topics = append(topics, r.cfg.retryTo)
 			}
 			for _, t := range topics {
 				k := groupTopic{group, t}
