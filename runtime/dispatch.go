@@ -40,6 +40,7 @@ type partState struct {
 	delayed     time.Time        // Transactional: paused until then for a retry copy not yet due
 	single      *unit            // ByPartition, and keyless records under ByKey
 	keys        map[string]*unit // ByKey
+	copies      map[int64]*unit  // units of this group's retry copies, by offset, while queued or running
 	taken       int64            // Auto manual partitions: next offset after the highest record handled, -1 before any
 
 	// guarded by dispatcher.mu, used by the committer
@@ -54,6 +55,7 @@ type unit struct {
 	ps      *partState
 	key     string
 	keyed   bool
+	copied  bool // a unit of ps.copies
 	q       []*item
 	taken   int           // records of the current take not yet finished
 	retry   []*item       // records of the current take waiting for an in-place retry, in order
@@ -337,6 +339,18 @@ func (d *dispatcher) enqueueLocked(it *item, own *unit) {
 	ps := it.ps
 	var u *unit
 	switch {
+	case it.alone && !it.foreign:
+		// A copy of this group: one unit per offset, so that a copy read again (a Transactional
+		// window aborted) waits for its old delivery's handler to return, as a ByPartition record
+		// waits behind the one its lane is running.
+		u = ps.copies[it.rec.Offset]
+		if u == nil {
+			if ps.copies == nil {
+				ps.copies = make(map[int64]*unit)
+			}
+			u = &unit{ps: ps, copied: true}
+			ps.copies[it.rec.Offset] = u
+		}
 	case d.ordering == Unordered || it.alone:
 		if own == nil {
 			own = new(unit)
@@ -579,8 +593,19 @@ func (d *dispatcher) finishLocked(it *item) {
 	if !u.busy() && len(u.q) > 0 {
 		d.readyLocked(u)
 	}
-	if u.keyed && !u.busy() && len(u.q) == 0 {
-		delete(ps.keys, u.key)
+	if !u.busy() && len(u.q) == 0 {
+		d.forgetUnitLocked(u, it)
+	}
+}
+
+// forgetUnitLocked unlists a ByKey or copy unit that holds nothing any more; it was its last
+// record.
+func (d *dispatcher) forgetUnitLocked(u *unit, it *item) {
+	switch {
+	case u.keyed:
+		delete(u.ps.keys, u.key)
+	case u.copied && u.ps.copies[it.rec.Offset] == u:
+		delete(u.ps.copies, it.rec.Offset)
 	}
 }
 
@@ -633,7 +658,7 @@ func (d *dispatcher) dropLocked(ps *partState) {
 	if ps.single != nil {
 		ps.single.q = nil
 	}
-	ps.keys = nil
+	ps.keys, ps.copies = nil, nil
 	if len(ps.backlog) > 0 {
 		d.backlogged--
 	}
@@ -975,6 +1000,12 @@ func (d *dispatcher) dropQueued(tw *txnWindow) {
 		}
 		for _, u := range ps.keys {
 			drop(u)
+		}
+		for off, u := range ps.copies { // a copy behind its aborted delivery is listed nowhere else
+			drop(u)
+			if !u.busy() && len(u.q) == 0 {
+				delete(ps.copies, off)
+			}
 		}
 	}
 	for _, u := range d.ready[d.rhead:] {

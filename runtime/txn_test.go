@@ -743,3 +743,71 @@ func TestTransactionalCommittedWindowsEndTheirHandlersCtx(t *testing.T) {
 		require.ErrorIs(t, context.Cause(ctx), runtime.ErrWindowClosed)
 	}
 }
+
+// After an abort, the new delivery of a retry copy waits until its old delivery's handler has
+// returned, as a ByPartition record does (docs/transactions.md): copies are handled out of order,
+// each in a unit of its own, but one unit per offset, which the copy read again joins.
+func TestTransactionalCopyReadAgainWaitsForItsAbortedDelivery(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	cp := retry.Copy(&kgo.Record{Topic: "in", Value: []byte("0")}, "g", 1, time.Now().Add(-time.Second)) // this group's, due
+	cp.Topic = "in"                                                                                      // Copy leaves the topic to RetryTo's choice
+	c.ProduceTo(t, 0, cp)
+	c.ProduceValues(t, "in", 0, "1")
+	obs := &observer{}
+	var (
+		copyCalls, running, overlap atomic.Int32
+		failedOnce                  atomic.Bool
+		copyStarted                 = make(chan struct{})
+	)
+	delivered := func() int { // records handed over by every poll so far
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		n := 0
+		for _, e := range obs.delivered {
+			n += e.Records
+		}
+		return n
+	}
+	var app *runtime.App
+	app = txnAppWith(c, []runtime.Option{runtime.Observe(obs)}, "tx-copy-wait", func(a *runtime.App) runtime.Handler {
+		return transform(&app, func(ctx context.Context, d *runtime.Delivery) error {
+			if string(d.Record().Value) == "1" {
+				if failedOnce.CompareAndSwap(false, true) {
+					select { // the copy's first delivery is in its handler
+					case <-copyStarted:
+					case <-time.After(kfaketest.WaitTimeout):
+					}
+					return runtime.Retry(errors.New("once")) // no policy: the window aborts
+				}
+				return nil
+			}
+			if running.Add(1) > 1 {
+				overlap.Add(1)
+			}
+			defer running.Add(-1)
+			if copyCalls.Add(1) > 1 {
+				return nil
+			}
+			close(copyStarted)
+			<-ctx.Done() // the window aborted; this handler goes on regardless, until the window is read again
+			deadline := time.Now().Add(kfaketest.WaitTimeout)
+			for delivered() < 3 && time.Now().Before(deadline) { // the copy was polled again
+				time.Sleep(5 * time.Millisecond)
+			}
+			for range 60 { // 300 ms: a new delivery of the copy would start now, beside this one
+				if overlap.Load() > 0 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			return ctx.Err()
+		})
+	}, runtime.Workers(2), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+	stop(t, app)
+	require.Zero(t, overlap.Load(), "the copy's new delivery ran beside its aborted one")
+	require.Equal(t, int32(2), copyCalls.Load(), "the copy: once in the aborted window, once in the committed one")
+	require.GreaterOrEqual(t, delivered(), 4, "the window was read again")
+	requireOneOutputPerInput(t, c, 2)
+}
