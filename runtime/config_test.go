@@ -232,6 +232,28 @@ func TestStartNamesATopicNamedTwiceAndABadPattern(t *testing.T) {
 	require.NoError(t, app.Shutdown(ctx))
 }
 
+// Two registrations on one topic, in two groups: each problem names the registration with its
+// group, so that the two can be told apart.
+func TestStartNamesTheGroupOfASharedSubscription(t *testing.T) {
+	app := runtime.New(runtime.Brokers("127.0.0.1:1"))
+	runtime.Handle(app, runtime.Topic("in").Group("billing"), ack, runtime.Workers(0))
+	runtime.Handle(app, runtime.Topic("in").Group("shipping"), ack)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("audit"), 0, runtime.BatchAll(func(context.Context, []*runtime.Delivery) error { return nil }))
+	runtime.Handle(app, runtime.Topic("other"), ack, runtime.Workers(0))
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	err := app.Start(ctx)
+	var got []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ce *runtime.ConfigError
+		require.ErrorAs(t, e, &ce)
+		got = append(got, ce.Option)
+	}
+	require.Equal(t, []string{`Topic("in").Group("billing"): Workers`, `Topic("in").Group("audit"): HandleBatch`,
+		`Topic("other"): Workers`, `Topic("other").Group`}, got)
+	require.NoError(t, app.Shutdown(ctx))
+}
+
 // The outcome constructors keep the user's cause visible to errors.Is; without one, the cause
 // reported to the Observer and the log is the runtime's own, prefixed as every Tidemark error.
 func TestOutcomesWrapTheirCause(t *testing.T) {

@@ -59,9 +59,16 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	groupUsers := map[string]string{}    // group → a group subscription using it
 	manualGroups := map[string]string{}  // group → a manual subscription using it
 	txnIDs := map[string]string{}        // transactional id → the subscription using it
+	shared := map[string]int{} // registrations per subscription name: a shared one is named with its group
+	for _, r := range regs {
+		shared[r.sub.String()]++
+	}
 	for _, r := range regs {
 		s := r.sub
 		name := s.String()
+		if shared[name] > 1 && s.group != "" {
+			name += fmt.Sprintf(".Group(%q)", s.group)
+		}
 		group := s.group
 		if s.kind != subPartitions && group == "" {
 			group = cfg.defaultGroup
