@@ -59,7 +59,7 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	groupUsers := map[string]string{}    // group → a group subscription using it
 	manualGroups := map[string]string{}  // group → a manual subscription using it
 	txnIDs := map[string]string{}        // transactional id → the subscription using it
-	shared := map[string]int{} // registrations per subscription name: a shared one is named with its group
+	shared := map[string]int{}           // registrations per subscription name: a shared one is named with its group
 	for _, r := range regs {
 		shared[r.sub.String()]++
 	}
