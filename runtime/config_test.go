@@ -145,6 +145,13 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.Handle(a, runtime.Topic("t"), ack, runtime.DeadLetter(""), runtime.RetryTo(""), runtime.DeadLetter(""))
 			},
 			[]string{`Topic("t"): DeadLetter`, `Topic("t"): RetryTo`}},
+		{"an empty topic name that a later option overrides, and the reverse", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t"), ack, runtime.DeadLetter(""), runtime.DeadLetter("d"),
+					runtime.RetryTo(""), runtime.RetryToSource(), runtime.Workers(0))
+				runtime.Handle(a, runtime.Topic("u"), ack, runtime.DeadLetter("d"), runtime.DeadLetter(""))
+			},
+			[]string{`Topic("t"): Workers`, `Topic("u"): DeadLetter`}},
 		{"negative Transactional durations on a Tracked subscription", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) {
 				runtime.Handle(a, runtime.Topic("t").Commit(runtime.Tracked), ack, runtime.CommitInterval(-time.Second), runtime.WindowTimeout(0))

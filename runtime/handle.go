@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"slices"
 	"time"
 
 	"github.com/tidemark-io/tidemark/retry"
@@ -32,8 +33,10 @@ type handleConfig struct {
 }
 
 // noteEmpty remembers an option that named the empty topic, which would otherwise read as unset
-// (DeadLetter(os.Getenv("DLQ")) with the variable unset must not turn dead-lettering off).
+// (DeadLetter(os.Getenv("DLQ")) with the variable unset must not turn dead-lettering off). A later
+// option of the same name that sets a topic overrides it, as later options do.
 func (c *handleConfig) noteEmpty(option, topic string) {
+	c.emptyTopics = slices.DeleteFunc(c.emptyTopics, func(o string) bool { return o == option })
 	if topic == "" {
 		c.emptyTopics = append(c.emptyTopics, option)
 	}
@@ -180,7 +183,10 @@ func RetryTo(topic string) HandleOption {
 // what a single-topic subscription does by default; multi-topic, pattern and manual-partition
 // subscriptions must choose it or RetryTo (DESIGN §3.3).
 func RetryToSource() HandleOption {
-	return handleOption(func(c *handleConfig) { c.retryTo, c.retryToSource = "", true })
+	return handleOption(func(c *handleConfig) {
+		c.retryTo, c.retryToSource = "", true
+		c.noteEmpty("RetryTo", "(the source)") // overrides a RetryTo("") before it
+	})
 }
 
 // CommitInterval sets the length of a Transactional window, overriding the default 100 ms: every
