@@ -61,6 +61,7 @@ type consumer struct {
 	stopComm  chan struct{}
 	commDone  chan struct{}   // closed when the committer returns; nil if it never started
 	txnPart   kgo.Partitioner // Transactional: the user's partitioner (txnPartitioner)
+	txnSlots  chan struct{}   // Transactional: the sessions' buffer slots, for QueueTimeout (acquireSlot)
 	wake      chan struct{}
 	wg        sync.WaitGroup // lanes and the committer
 	closing   atomic.Bool    // set before the client leaves the group at shutdown
@@ -105,6 +106,7 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 			return nil, fmt.Errorf("tidemark: %s: transactional session: %w", r.sub, err)
 		}
 		c.sess, c.cl = sess, sess.Client()
+		c.txnSlots = bufferSlots(c.cl) // a rebuilt session has the same options
 		return c, nil
 	}
 	cl, err := kgo.NewClient(c.clientOpts()...)

@@ -114,9 +114,12 @@ func MaxPollRecords(n int) Option {
 // produce too): linger (Tidemark's default is 0, since every publish waits for its
 // acknowledgement), batch size, MaxBufferedRecords, compression. They come after the connection
 // settings shared through ClientOpts. Idempotence and acks=all stay on (DESIGN §3.9): Start fails
-// with a *ConfigError naming ProducerOpts on kgo.DisableIdempotentWrite or kgo.TransactionalID
-// (here or in ClientOpts: the App's producer is not transactional), on a consumer or group option
-// here, or on options franz-go rejects; a Publish before Start fails on them too. A
+// with a *ConfigError naming ProducerOpts on kgo.DisableIdempotentWrite, kgo.TransactionalID (the
+// App's producer is not transactional), kgo.ManualFlushing (a Publish waits for its
+// acknowledgement: nothing would flush it) or kgo.DefaultProduceTopicAlways (records would leave
+// for another topic than the one named), here or in ClientOpts; on a consumer or group option
+// here; or on options franz-go rejects. A Publish before Start fails on them too. A linger delays
+// the check of a Publish's ctx: franz-go looks at it when it cuts the record's batch. A
 // kgo.RecordPartitioner here or in ClientOpts partitions everything Tidemark's clients produce,
 // except retry copies going back to their source partition. QueueTimeout counts records against
 // MaxBufferedRecords; with kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded
@@ -126,8 +129,9 @@ func ProducerOpts(opts ...kgo.Opt) Option {
 }
 
 // QueueTimeout bounds how long Publish waits for buffer space (franz-go's MaxBufferedRecords,
-// default 50,000 records; not MaxBufferedBytes, see ProducerOpts) before it fails with ErrQueueFull. The default, 0, waits as long as the
-// publish's ctx allows. It bounds only that wait: a record already buffered or sent is not
+// default 50,000 records; not MaxBufferedBytes, see ProducerOpts) before it fails with
+// ErrQueueFull, on the App's producer and in a Transactional session alike (there the failed
+// publish aborts its window). The default, 0, waits as long as the publish's ctx allows. It bounds only that wait: a record already buffered or sent is not
 // cancelled by it, and with the idempotent producer a sent request is never cancelled (DESIGN §3.9).
 // A negative d fails Start with a *ConfigError naming QueueTimeout.
 func QueueTimeout(d time.Duration) Option {

@@ -54,9 +54,11 @@ type producer struct {
 // Publish produces r and waits for the brokers' acknowledgement (acks=all, idempotent). With the
 // ctx of a Transactional handler, r is produced inside that handler's transaction (DESIGN §3.4),
 // and a publish after the window ended fails with ErrWindowClosed. ctx bounds
-// the wait for buffer space and the time r may wait unsent in the buffer; once a request carrying r
+// the wait for buffer space and the time r may wait unsent in the buffer (franz-go checks it when
+// it cuts r's batch: a ProducerLinger adds up to its length); once a request carrying r
 // is sent it is not cancelled (an idempotent producer cannot know whether the broker wrote it), so
-// Publish may return after ctx ends. QueueTimeout bounds the wait for buffer space (ErrQueueFull).
+// Publish may return after ctx ends. QueueTimeout bounds the wait for buffer space (ErrQueueFull),
+// in a transaction too (the window then aborts, as on any failed publish).
 // r.Context is franz-go's: when it is nil, Produce sets it to ctx for the publish, and Publish
 // clears it again afterwards, so a failed r can be published again with a new ctx. r goes to
 // the partition the RecordPartitioner of ProducerOpts or ClientOpts chooses (with none, keys
@@ -99,7 +101,7 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 	if err != nil {
 		return err
 	}
-	if err := p.acquire(ctx, slots); err != nil {
+	if err := acquireSlot(ctx, slots, p.app.cfg.queueTimeout); err != nil {
 		return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)
 	}
 	p.mu.RLock()
@@ -135,15 +137,17 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 	return nil
 }
 
-// acquire waits for buffer space, at most QueueTimeout when one is set.
-func (p *producer) acquire(ctx context.Context, slots chan struct{}) error {
+// acquireSlot waits for buffer space: a slot of slots, which hold one per record franz-go may
+// buffer (MaxBufferedRecords), released by the record's promise. It waits at most d (QueueTimeout)
+// when d > 0, then fails with ErrQueueFull, and returns ctx's cause if ctx ends first.
+func acquireSlot(ctx context.Context, slots chan struct{}, d time.Duration) error {
 	select {
 	case slots <- struct{}{}:
 		return nil
 	default:
 	}
 	var timeout <-chan time.Time
-	if d := p.app.cfg.queueTimeout; d > 0 {
+	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		timeout = t.C
@@ -183,16 +187,22 @@ func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
-		n := int64(50_000) // franz-go's default, if its option value reads differently
-		switch v := cl.OptValue(kgo.MaxBufferedRecords).(type) {
-		case int64:
-			n = v
-		case int:
-			n = int64(v)
-		}
-		p.cl, p.slots = cl, make(chan struct{}, max(n, 1))
+		p.cl, p.slots = cl, bufferSlots(cl)
 	}
 	return p.cl, p.slots, nil
+}
+
+// bufferSlots returns the slots acquireSlot takes for cl: one per record it may buffer
+// (kgo.MaxBufferedRecords).
+func bufferSlots(cl *kgo.Client) chan struct{} {
+	n := int64(50_000) // franz-go's default, if its option value reads differently
+	switch v := cl.OptValue(kgo.MaxBufferedRecords).(type) {
+	case int64:
+		n = v
+	case int:
+		n = int64(v)
+	}
+	return make(chan struct{}, max(n, 1))
 }
 
 // opts builds the producer's options: seeds, no linger, the App's ClientOpts without consumer and group
@@ -226,8 +236,10 @@ func producerClientOpts(cfg appConfig) []kgo.Opt {
 // them, and they must keep idempotent writes, and with them acks=all, on: a record is settled once
 // its retry copy, dead-letter record or reply is acknowledged, which must mean written (DESIGN
 // §3.9). They must not set a transactional id either: the App's producer is not transactional,
-// and with one every produce outside a transaction fails; nor may ProducerOpts hold consumer or
-// group options, which would make the producer consume. It returns their partitioner for the
+// and with one every produce outside a transaction fails; nor manual flushing (nothing would flush
+// a Publish's record), nor DefaultProduceTopicAlways (records would leave for another topic than
+// the one named); nor may ProducerOpts hold consumer or group options, which would make the
+// producer consume. It returns their partitioner for the
 // client. Start's validation calls it, or a Publish before Start; later calls return the first
 // one's result, so no client comes and goes while the App's clients run.
 func (p *producer) checkOpts() (kgo.Partitioner, error) {
@@ -259,10 +271,14 @@ var (
 	errIdempotenceOff = errors.New("kgo.DisableIdempotentWrite: Tidemark settles records on acknowledged writes, which need idempotent writes with acks=all")
 	// errTransactionalIDOpt is checkOpts's refusal of kgo.TransactionalID.
 	errTransactionalIDOpt = errors.New("kgo.TransactionalID: the App's producer is not transactional (every Publish outside a transaction would fail); give a subscription Commit(runtime.Transactional(id)) instead")
+	// errManualFlushingOpt is checkOpts's refusal of kgo.ManualFlushing.
+	errManualFlushingOpt = errors.New("kgo.ManualFlushing: Publish waits for the brokers' acknowledgement, and nothing would flush what it buffered (retry copies, dead letters and replies alike)")
+	// errDefaultTopicAlwaysOpt is checkOpts's refusal of kgo.DefaultProduceTopicAlways.
+	errDefaultTopicAlwaysOpt = errors.New("kgo.DefaultProduceTopicAlways: it would send every record, retry copies, dead letters and replies included, to the default topic instead of the one the runtime names")
 )
 
-// producerClientErr returns errIdempotenceOff if cl's idempotent writes are turned off and
-// errTransactionalIDOpt if cl has a transactional id, joined.
+// producerClientErr returns checkOpts's refusals of cl's options, joined: errIdempotenceOff,
+// errTransactionalIDOpt, errManualFlushingOpt, errDefaultTopicAlwaysOpt.
 func producerClientErr(cl *kgo.Client) error {
 	var errs []error
 	if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
@@ -270,6 +286,12 @@ func producerClientErr(cl *kgo.Client) error {
 	}
 	if id, _ := cl.OptValue(kgo.TransactionalID).(string); id != "" {
 		errs = append(errs, errTransactionalIDOpt)
+	}
+	if manual, _ := cl.OptValue(kgo.ManualFlushing).(bool); manual {
+		errs = append(errs, errManualFlushingOpt)
+	}
+	if always, _ := cl.OptValue(kgo.DefaultProduceTopicAlways).(bool); always {
+		errs = append(errs, errDefaultTopicAlwaysOpt)
 	}
 	return errors.Join(errs...)
 }

@@ -184,12 +184,16 @@ func TestFailedStartReportsRecordsItsProducerDidNotFlush(t *testing.T) {
 	require.Equal(t, int64(1), app.Unflushed())
 }
 
-// A Publish before Start keeps the promises Start checks: with idempotent writes turned off, or
-// with a transactional id, it fails, and nothing is produced.
+// A Publish before Start keeps the promises Start checks: with idempotent writes turned off, a
+// transactional id, manual flushing (nothing would flush the record: Publish hung until Shutdown)
+// or DefaultProduceTopicAlways (dead letters went to the default topic), it fails, and nothing is
+// produced.
 func TestPublishBeforeStartRefusesWhatStartRefuses(t *testing.T) {
 	for name, opts := range map[string][]kgo.Opt{
 		"kgo.DisableIdempotentWrite":             {kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())},
 		"kgo.TransactionalID":                    {kgo.TransactionalID("x")},
+		"kgo.ManualFlushing":                     {kgo.ManualFlushing()},
+		"kgo.DefaultProduceTopicAlways":          {kgo.DefaultProduceTopic("elsewhere"), kgo.DefaultProduceTopicAlways()},
 		"option 2 is a consumer or group option": {kgo.ProducerLinger(0), kgo.ConsumerGroup("g")},
 	} {
 		t.Run(name, func(t *testing.T) {

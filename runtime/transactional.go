@@ -67,12 +67,17 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	}
 	own := r.Context == nil // franz-go sets it to ctx: cleared again once the promise has run
 	done := make(chan error, 1)
-	if err := tw.w.Produce(func() {
-		tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })
-	}); err != nil {
-		return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)
+	slots := tw.c.txnSlots
+	err := acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout) // outside the window's guard: Close does not wait for it
+	if err == nil {
+		if err = tw.w.Produce(func() {
+			tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) { <-slots; done <- err })
+		}); err != nil {
+			<-slots
+			return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)
+		}
+		err = <-done
 	}
-	err := <-done
 	if own {
 		r.Context = nil // so r can be published again, in the next window, with its own ctx
 	}

@@ -811,3 +811,54 @@ func TestTransactionalCopyReadAgainWaitsForItsAbortedDelivery(t *testing.T) {
 	require.GreaterOrEqual(t, delivered(), 4, "the window was read again")
 	requireOneOutputPerInput(t, c, 2)
 }
+
+// QueueTimeout bounds a Transactional publish's wait for buffer space as it bounds any Publish's
+// (DESIGN §3.9): with room for one record and that one held by the broker, a second publish fails
+// with ErrQueueFull after QueueTimeout, and the window, which it failed, aborts and is read again.
+// Before, it waited for the buffer, whatever QueueTimeout said.
+func TestTransactionalPublishHonoursQueueTimeout(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	var (
+		calls   atomic.Int32
+		results = make(chan error, 2)
+	)
+	var app *runtime.App
+	app = txnAppWith(c, []runtime.Option{runtime.QueueTimeout(100 * time.Millisecond), runtime.ProducerOpts(kgo.MaxBufferedRecords(1))},
+		"tx-queue", func(a *runtime.App) runtime.Handler {
+			return runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+				if calls.Add(1) > 1 {
+					return app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("a-done")})
+				}
+				release := c.HoldProduce()
+				var wg sync.WaitGroup
+				for _, v := range []string{"p0", "p1"} {
+					wg.Go(func() { results <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte(v)}) })
+				}
+				select { // the one with no room fails after QueueTimeout
+				case err := <-results:
+					results <- err
+				case <-time.After(kfaketest.WaitTimeout):
+				}
+				release()
+				wg.Wait()
+				return nil // the failed publish aborts the window all the same
+			})
+		}, runtime.WindowTimeout(time.Minute))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+	stop(t, app)
+	var full int
+	for range 2 {
+		if err := <-results; errors.Is(err, runtime.ErrQueueFull) {
+			full++
+		}
+	}
+	require.Equal(t, 1, full, "one of the two publishes found no room")
+	require.Equal(t, int32(2), calls.Load(), "the aborted window was read again")
+	var got []string
+	for _, r := range c.ReadAll(t, "out", true) {
+		got = append(got, string(r.Value))
+	}
+	require.Equal(t, []string{"a-done"}, got, "only the second delivery's output commits")
+}
