@@ -92,8 +92,9 @@ func PublishJSON(ctx context.Context, app *App, topic string, key []byte, v any)
 // the producer after FlushTimeout (some may have been written all the same); 0 before that.
 func (a *App) Unflushed() int64 { return a.prod.unflushed.Load() }
 
-// Pending returns how many published records (replies included) are buffered or sent and not yet
-// acknowledged by the brokers: a gauge of the producer's backlog.
+// Pending returns how many published records (replies, retry copies and dead letters included, in
+// Transactional sessions too) are buffered or sent and not yet acknowledged by the brokers: a
+// gauge of the producers' backlog.
 func (a *App) Pending() int64 { return a.prod.pending.Load() }
 
 func (p *producer) publish(ctx context.Context, r *kgo.Record) error {

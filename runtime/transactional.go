@@ -70,8 +70,10 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	slots := tw.c.txnSlots
 	err := acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout) // outside the window's guard: Close does not wait for it
 	if err == nil {
+		pending := &tw.c.app.prod.pending // App.Pending counts these publishes too
 		if err = tw.w.Produce(func() {
-			tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) { <-slots; done <- err })
+			pending.Add(1)
+			tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) { <-slots; pending.Add(-1); done <- err })
 		}); err != nil {
 			<-slots
 			return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)

@@ -820,8 +820,9 @@ func TestTransactionalPublishHonoursQueueTimeout(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
 	c.ProduceValues(t, "in", 0, "a")
 	var (
-		calls   atomic.Int32
-		results = make(chan error, 2)
+		calls       atomic.Int32
+		pendingHeld atomic.Int64
+		results     = make(chan error, 2)
 	)
 	var app *runtime.App
 	app = txnAppWith(c, []runtime.Option{runtime.QueueTimeout(100 * time.Millisecond), runtime.ProducerOpts(kgo.MaxBufferedRecords(1))},
@@ -840,6 +841,7 @@ func TestTransactionalPublishHonoursQueueTimeout(t *testing.T) {
 					results <- err
 				case <-time.After(kfaketest.WaitTimeout):
 				}
+				pendingHeld.Store(app.Pending()) // the held one
 				release()
 				wg.Wait()
 				return nil // the failed publish aborts the window all the same
@@ -855,6 +857,8 @@ func TestTransactionalPublishHonoursQueueTimeout(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, full, "one of the two publishes found no room")
+	require.Equal(t, int64(1), pendingHeld.Load(), "Pending counts the transaction's publish the broker holds")
+	require.Zero(t, app.Pending())
 	require.Equal(t, int32(2), calls.Load(), "the aborted window was read again")
 	var got []string
 	for _, r := range c.ReadAll(t, "out", true) {
