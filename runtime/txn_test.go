@@ -759,15 +759,6 @@ func TestTransactionalCopyReadAgainWaitsForItsAbortedDelivery(t *testing.T) {
 		failedOnce                  atomic.Bool
 		copyStarted                 = make(chan struct{})
 	)
-	delivered := func() int { // records handed over by every poll so far
-		obs.mu.Lock()
-		defer obs.mu.Unlock()
-		n := 0
-		for _, e := range obs.delivered {
-			n += e.Records
-		}
-		return n
-	}
 	var app *runtime.App
 	app = txnAppWith(c, []runtime.Option{runtime.Observe(obs)}, "tx-copy-wait", func(a *runtime.App) runtime.Handler {
 		return transform(&app, func(ctx context.Context, d *runtime.Delivery) error {
@@ -791,7 +782,7 @@ func TestTransactionalCopyReadAgainWaitsForItsAbortedDelivery(t *testing.T) {
 			close(copyStarted)
 			<-ctx.Done() // the window aborted; this handler goes on regardless, until the window is read again
 			deadline := time.Now().Add(kfaketest.WaitTimeout)
-			for delivered() < 3 && time.Now().Before(deadline) { // the copy was polled again
+			for obs.totalDelivered() < 3 && time.Now().Before(deadline) { // the copy was polled again
 				time.Sleep(5 * time.Millisecond)
 			}
 			for range 60 { // 300 ms: a new delivery of the copy would start now, beside this one
@@ -808,7 +799,7 @@ func TestTransactionalCopyReadAgainWaitsForItsAbortedDelivery(t *testing.T) {
 	stop(t, app)
 	require.Zero(t, overlap.Load(), "the copy's new delivery ran beside its aborted one")
 	require.Equal(t, int32(2), copyCalls.Load(), "the copy: once in the aborted window, once in the committed one")
-	require.GreaterOrEqual(t, delivered(), 4, "the window was read again")
+	require.GreaterOrEqual(t, obs.totalDelivered(), 4, "the window was read again")
 	requireOneOutputPerInput(t, c, 2)
 }
 
