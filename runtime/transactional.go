@@ -61,6 +61,9 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	if cause := tw.w.Aborted(); cause != nil {
 		return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrWindowClosed, cause)
 	}
+	if tw.w.Closed() { // its transaction is ending or ended
+		return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, ErrWindowClosed)
+	}
 	pubs := publishesOf(ctx)
 	if pubs != nil {
 		pubs.made.Add(1)
@@ -69,6 +72,9 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	done := make(chan error, 1)
 	slots := tw.c.txnSlots
 	err := acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout) // outside the window's guard: Close does not wait for it
+	if err != nil && tw.w.Closed() { // a ctx kept past its window's end: nothing left to abort
+		return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrWindowClosed, err)
+	}
 	if err == nil {
 		pending := &tw.c.app.prod.pending // App.Pending counts these publishes too
 		if err = tw.w.Produce(func() {
