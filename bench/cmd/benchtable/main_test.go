@@ -55,6 +55,18 @@ func TestParseSeesFailures(t *testing.T) {
 	}
 }
 
+// A miss that two decimals would round up to its goal is printed with three.
+func TestRatioShowsAMissThatRoundsToTheGoal(t *testing.T) {
+	for _, c := range []struct {
+		r, least float64
+		want     string
+	}{{0.9486, 0.95, "0.949"}, {0.95, 0.95, "0.95"}, {0.9512, 0.95, "0.95"}, {0.8816, 0.9, "0.88"}, {0.8996, 0.9, "0.900"}} {
+		if got := ratio(c.r, c.least); got != c.want {
+			t.Errorf("ratio(%v, %v) = %q, want %q", c.r, c.least, got, c.want)
+		}
+	}
+}
+
 func TestCount(t *testing.T) {
 	for in, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567"} {
 		if got := count(in); got != want {
