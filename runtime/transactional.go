@@ -72,7 +72,7 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	done := make(chan error, 1)
 	slots := tw.c.txnSlots
 	err := acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout) // outside the window's guard: Close does not wait for it
-	if err != nil && tw.w.Closed() { // a ctx kept past its window's end: nothing left to abort
+	if err != nil && tw.w.Closed() {                          // a ctx kept past its window's end: nothing left to abort
 		return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrWindowClosed, err)
 	}
 	if err == nil {
