@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	goruntime "runtime"
 	"testing"
 	"time"
 
@@ -31,7 +32,8 @@ import (
 // process's CPU time (user + system, getrusage) from the contender's start to its shutdown,
 // divided by the input. The cluster runs in this process, so every contender pays for serving its
 // fetches too; the difference from raw is what Tidemark's own work costs, whatever the sharing of
-// the cores did to the rates.
+// the cores did to the rates. Likewise the bytes allocated per record (alloc-B/rec: the process's
+// runtime.MemStats.TotalAlloc over the run, divided by the input), the cluster's included.
 func BenchmarkEndToEnd(b *testing.B) {
 	hw := produce(b, e2eInput)
 	n := total(hw)
@@ -41,6 +43,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		runRates []float64 // creation to committed
 		fetched  float64   // records decoded by fetches, over every round
 		cpu      []float64 // CPU ns per record, per round
+		alloc    []float64 // bytes allocated per record, per round
 		run      func(fc *fetchCounter, clk *clock) time.Duration
 	}
 	tidemark := func(prefix string, mode runtime.CommitMode, opts ...runtime.HandleOption) func(*fetchCounter, *clock) time.Duration {
@@ -62,11 +65,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 			line := fmt.Sprintf("round %d:", r+1)
 			for _, c := range cs {
 				fc, clk := &fetchCounter{}, &clock{want: n}
+				var ms goruntime.MemStats
+				goruntime.ReadMemStats(&ms)
+				alloc0 := ms.TotalAlloc
 				cpu0, cpuOK := processCPU()
 				d := c.run(fc, clk)
 				if cpu1, ok := processCPU(); ok && cpuOK {
 					c.cpu = append(c.cpu, float64(cpu1-cpu0)/float64(n))
 				}
+				goruntime.ReadMemStats(&ms)
+				c.alloc = append(c.alloc, float64(ms.TotalAlloc-alloc0)/float64(n))
 				consumed := clk.consumed()
 				if consumed <= 0 {
 					b.Fatalf("%s: the clock saw %d of %d records", c.name, clk.n.Load(), n)
@@ -79,6 +87,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				if len(c.cpu) > r {
 					line += fmt.Sprintf(", %.0f ns CPU per record", c.cpu[r])
 				}
+				line += fmt.Sprintf(", %.0f bytes allocated per record", c.alloc[r])
 				line += ");"
 			}
 			b.Log(line) // one line per round: the testing package keeps only 10 lines of a benchmark's log
@@ -98,5 +107,6 @@ func BenchmarkEndToEnd(b *testing.B) {
 		if len(c.cpu) > 0 {
 			b.ReportMetric(median(c.cpu), c.name+"-cpu-ns/rec")
 		}
+		b.ReportMetric(median(c.alloc), c.name+"-alloc-B/rec")
 	}
 }

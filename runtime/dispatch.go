@@ -57,6 +57,7 @@ type unit struct {
 	keyed   bool
 	copied  bool // a unit of ps.copies
 	q       []*item
+	buf     []*item       // q's array from its start: q goes back to it once emptied (no garbage per record)
 	taken   int           // records of the current take not yet finished
 	retry   []*item       // records of the current take waiting for an in-place retry, in order
 	wait    time.Duration // the longest backoff among retry
@@ -122,6 +123,7 @@ type dispatcher struct {
 	waiters    int
 	changed    chan struct{}
 	win        *txnWindow               // Transactional: the window records are polled into
+	free       []*item                  // items of settled records, for the next admitted ones (newItemLocked)
 	timers     map[*time.Timer]struct{} // Transactional: partition delays
 }
 
@@ -274,11 +276,7 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 		if !d.roomLocked(ps) {
 			return i, moved, nil
 		}
-		if len(ps.slab) == 0 { // items (and Unordered units) come in slabs: about one allocation per poll
-			ps.slab = make([]item, d.slabLen(ps, len(recs)-i))
-		}
-		it := &ps.slab[0]
-		ps.slab = ps.slab[1:]
+		it := d.newItemLocked(ps, len(recs)-i)
 		it.rec, it.ps, it.control = r, ps, r.Attrs.IsControl()
 		var due time.Duration
 		if !it.control {
@@ -301,6 +299,8 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 			it.slot = slot
 			if it.control { // DESIGN §3.7a: markers are settled by the runtime itself
 				moved = ps.trk.Complete(slot) == tracker.Completed || moved
+				*it = item{}
+				d.free = append(d.free, it)
 				continue
 			}
 		}
@@ -331,6 +331,24 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 		d.enqueueLocked(it, own)
 	}
 	return len(recs), moved, nil
+}
+
+// newItemLocked returns a zero item for one of the left records being admitted to ps: a settled
+// record's (d.free), or one of a slab allocated for them (about one allocation per poll while the
+// free items run short).
+func (d *dispatcher) newItemLocked(ps *partState, left int) *item {
+	if n := len(d.free); n > 0 {
+		it := d.free[n-1]
+		d.free[n-1] = nil
+		d.free = d.free[:n-1]
+		return it
+	}
+	if len(ps.slab) == 0 {
+		ps.slab = make([]item, d.slabLen(ps, left))
+	}
+	it := &ps.slab[0]
+	ps.slab = ps.slab[1:]
+	return it
 }
 
 // enqueueLocked queues it in its unit. A record handled out of order gets a unit of its own:
@@ -373,7 +391,10 @@ func (d *dispatcher) enqueueLocked(it *item, own *unit) {
 		u = ps.single
 	}
 	it.u = u
-	u.q = append(u.q, it)
+	n := cap(u.q)
+	if u.q = append(u.q, it); cap(u.q) != n {
+		u.buf = u.q[:0] // a new array, starting at u.q
+	}
 	ps.held++
 	d.held++
 	d.readyLocked(u)
@@ -436,7 +457,9 @@ func (d *dispatcher) grabLocked(items []*item, n int) []*item {
 		take, rest := batch.Cut(u.q, n-len(items))
 		items = append(items, take...)
 		clear(take)
-		u.q = rest
+		if u.q = rest; len(rest) == 0 && u.buf != nil {
+			u.q = u.buf // emptied: appends start over at the array's start
+		}
 		u.taken += len(take)
 		u.ps.handling += len(take)
 		d.handling += len(take)
@@ -487,12 +510,13 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 	}
 	var last *partState
 	for _, it := range items[:handled] {
+		ps := it.ps // finishLocked may recycle it
 		d.releaseLocked(it)
 		d.finishLocked(it)
-		if it.ps != last && last != nil {
+		if ps != last && last != nil {
 			d.flowLocked(last)
 		}
-		last = it.ps
+		last = ps
 	}
 	for _, it := range items[handled:] {
 		if u := it.u; !u.busy() && len(u.q) > 0 {
@@ -563,6 +587,7 @@ func (d *dispatcher) runnable(it *item) bool {
 // finishLocked applies a handled record's act.
 func (d *dispatcher) finishLocked(it *item) {
 	ps, u, act := it.ps, it.u, it.act
+	recycle := false
 	if it.win != nil {
 		it.win.w.Done()
 		if act == actPark {
@@ -578,9 +603,12 @@ func (d *dispatcher) finishLocked(it *item) {
 	default: // done, or a park that can no longer happen: the record stays uncommitted
 		ps.held--
 		d.held--
+		// Recycled below for the next admitted record, unless a timer may still name it (a
+		// retry's park: a stopped timer's callback can be under way).
+		recycle = it.timer == nil
 	}
 	if ps.closed.Load() {
-		return
+		return // its partition is gone: not recycled either
 	}
 	if u.taken == 0 && len(u.retry) > 0 {
 		first := u.retry[0]
@@ -595,6 +623,10 @@ func (d *dispatcher) finishLocked(it *item) {
 	}
 	if !u.busy() && len(u.q) == 0 {
 		d.forgetUnitLocked(u, it)
+	}
+	if recycle {
+		*it = item{}
+		d.free = append(d.free, it)
 	}
 }
 

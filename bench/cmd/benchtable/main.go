@@ -193,6 +193,12 @@ func render(w io.Writer, r results) {
 					s += fmt.Sprintf(", %+.0f over raw's", cpu-rawCPU)
 				}
 			}
+			if alloc, ok := r.get(e2e, c+"-alloc-B/rec"); ok {
+				s += fmt.Sprintf("; %s bytes allocated per record", count(alloc))
+				if rawAlloc, ok := r.get(e2e, "raw-alloc-B/rec"); ok && c != "raw" {
+					s += fmt.Sprintf(", %+.0f over raw's", alloc-rawAlloc)
+				}
+			}
 			return s
 		}
 		auto, _ := r.get(e2e, "auto-rec/s")
