@@ -294,21 +294,23 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 		if ps.trk != nil {
 			slot, derr := ps.trk.Deliver(r.Offset, r.LeaderEpoch)
 			if derr != nil {
+				d.freeLocked(it)
 				return i, moved, derr
 			}
 			it.slot = slot
 			if it.control { // DESIGN §3.7a: markers are settled by the runtime itself
 				moved = ps.trk.Complete(slot) == tracker.Completed || moved
-				*it = item{}
-				d.free = append(d.free, it)
+				d.freeLocked(it)
 				continue
 			}
 		}
 		if d.win != nil {
 			if d.win.w.Aborted() != nil {
+				d.freeLocked(it)
 				return len(recs), moved, nil // the whole window is read again
 			}
 			if due > 0 { // DESIGN §3.4: abort once, pause the partition until the copy is due
+				d.freeLocked(it)
 				d.win.w.Abort(errCopyNotDue)
 				d.delayLocked(ps, time.Now().Add(due))
 				return len(recs), moved, nil
@@ -625,9 +627,15 @@ func (d *dispatcher) finishLocked(it *item) {
 		d.forgetUnitLocked(u, it)
 	}
 	if recycle {
-		*it = item{}
-		d.free = append(d.free, it)
+		d.freeLocked(it)
 	}
+}
+
+// freeLocked zeroes an item no longer needed and keeps it for the next admitted record
+// (newItemLocked). Nothing may name it any more: not a unit, a timer, a lane or d.parked.
+func (d *dispatcher) freeLocked(it *item) {
+	*it = item{}
+	d.free = append(d.free, it)
 }
 
 // forgetUnitLocked unlists a ByKey or copy unit that holds nothing any more; it was its last
@@ -1013,6 +1021,9 @@ func (d *dispatcher) dropQueued(tw *txnWindow) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	drop := func(u *unit) {
+		if u.ps.closed.Load() {
+			return // a revoked or lost partition's queued records left d.held with it (dropLocked)
+		}
 		kept := u.q[:0]
 		for _, it := range u.q {
 			if it.win != tw {
