@@ -240,9 +240,9 @@ func producerClientOpts(cfg appConfig) []kgo.Opt {
 // and with one every produce outside a transaction fails; nor manual flushing (nothing would flush
 // a Publish's record), nor DefaultProduceTopicAlways (records would leave for another topic than
 // the one named); nor may ProducerOpts hold consumer or group options, which would make the
-// producer consume. It returns their partitioner for the
-// client. Start's validation calls it, or a Publish before Start; later calls return the first
-// one's result, so no client comes and goes while the App's clients run.
+// producer consume. It returns their partitioner for the client. Start's validation calls it, or
+// a Publish before Start; later calls return the first one's result, so no client comes and goes
+// while the App's clients run.
 func (p *producer) checkOpts() (kgo.Partitioner, error) {
 	p.probeMu.Lock()
 	defer p.probeMu.Unlock()

@@ -71,8 +71,10 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	own := r.Context == nil // franz-go sets it to ctx: cleared again once the promise has run
 	done := make(chan error, 1)
 	slots := tw.c.txnSlots
-	err := acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout) // outside the window's guard: Close does not wait for it
-	if err != nil && tw.w.Closed() {                          // a ctx kept past its window's end: nothing left to abort
+	// Outside the window's guard, so that Close does not wait for it. A publish that fails here
+	// after the window closed had a ctx kept past its window's end: there is nothing to abort.
+	err := acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout)
+	if err != nil && tw.w.Closed() {
 		return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrWindowClosed, err)
 	}
 	if err == nil {
