@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
@@ -122,7 +121,7 @@ func TestBatchPerElementOutcomes(t *testing.T) {
 					r := tc.results(first)
 					first = false
 					return r
-				}), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+				}), fastBackoff)
 			start(t, app)
 			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 4})
 			require.Equal(t, tc.want, got.flat())

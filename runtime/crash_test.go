@@ -248,7 +248,7 @@ func runBatchCrashChild(t *testing.T, env kfaketest.ChildEnv) {
 				env.Log.Return(r.Topic, r.Partition, r.Offset, "ack")
 			}
 			return out
-		}), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+		}), fastBackoff)
 	err := app.Run(context.Background())
 	t.Fatalf("child run %d: Run returned: %v", env.Run, err)
 }

@@ -56,7 +56,7 @@ func Example() {
 		runtime.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 	)
 	runtime.Handle(app, runtime.Topic("payouts").Commit(runtime.Tracked), runtime.JSON(payOut),
-		runtime.Workers(4), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+		runtime.Workers(4), fastBackoff)
 	if err := app.Start(ctx); err != nil {
 		panic(err)
 	}

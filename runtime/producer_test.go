@@ -229,7 +229,7 @@ func TestReplyFailureRetriesTheInput(t *testing.T) {
 		runtime.JSONReply(func(_ context.Context, o order) (receipt, error) {
 			calls.Add(1)
 			return receipt{OrderID: o.ID}, nil
-		}), runtime.Reply("done"), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+		}), runtime.Reply("done"), fastBackoff)
 	start(t, app)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
 	stop(t, app)

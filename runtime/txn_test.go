@@ -99,7 +99,7 @@ func TestTransactionalRetryAbortsTheWindow(t *testing.T) {
 			}
 			return nil
 		})
-	}, runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	}, fastBackoff)
 	start(t, app)
 	c.WaitCommitted(t, "g", "in", hwm)
 	stop(t, app)
@@ -117,7 +117,7 @@ func TestTransactionalFailedProduceAborts(t *testing.T) {
 	fault := c.FailProduce("out", 1, kerr.InvalidRecord)
 	var app *runtime.App
 	app = txnApp(c, "tx-3", func(a *runtime.App) runtime.Handler { return transform(&app, nil) },
-		runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+		fastBackoff)
 	start(t, app)
 	c.WaitCommitted(t, "g", "in", hwm)
 	stop(t, app)
@@ -211,7 +211,7 @@ func TestTransactionalDeadLetter(t *testing.T) {
 			}
 			return nil
 		})
-	}, runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	}, runtime.MaxAttempts(2), runtime.DeadLetter("dlq"), fastBackoff)
 	start(t, app)
 	require.Eventually(t, func() bool { return len(c.ReadAll(t, "dlq", true)) == 1 }, kfaketest.WaitTimeout, 10*time.Millisecond)
 	// 5 inputs, the retry copy of "2" and the markers of the transactions that wrote copies
@@ -242,7 +242,7 @@ func TestTransactionalLateHandlerIsRefused(t *testing.T) {
 			}
 			return app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + string(d.Record().Value))})
 		}), runtime.Workers(2), runtime.Unordered, runtime.WindowTimeout(2*time.Second), // it bounds End too: not tighter under load
-		runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+		fastBackoff)
 	start(t, app)
 	select {
 	case err := <-lateErr:
@@ -275,7 +275,7 @@ func TestTransactionalPublishTheSameRecordAfterAnAbort(t *testing.T) {
 			}
 			return nil
 		})
-	}, runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	}, fastBackoff)
 	start(t, app)
 	c.WaitCommitted(t, "g", "in", hwm)
 	stop(t, app)
@@ -793,7 +793,7 @@ func TestTransactionalCopyReadAgainWaitsForItsAbortedDelivery(t *testing.T) {
 			}
 			return ctx.Err()
 		})
-	}, runtime.Workers(2), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	}, runtime.Workers(2), fastBackoff)
 	start(t, app)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
 	stop(t, app)
