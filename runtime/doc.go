@@ -15,11 +15,15 @@
 //
 // # Commit modes
 //
-//	outcome       Auto (default)                 Tracked
-//	ack (nil)     nothing: autocommit covers it  completes the offset; the position moves up
-//	Drop(err)     as ack                         as ack
-//	Retry(err)    refused: ErrRetryUnsupported   handled again in place after Backoff;
-//	                                             the position waits for it
+//	outcome       Auto (default)                 Tracked                         Transactional(id)
+//	ack (nil)     marked; autocommit commits it  completes the offset; the       counted in the window;
+//	                                             position moves up               committed with its outputs
+//	Drop(err)     as ack                         as ack                          as ack
+//	Retry(err)    refused: ErrRetryUnsupported   handled again in place after    the window aborts and is
+//	                                             Backoff; the position waits     read again (docs/transactions.md)
+//
+// With a copy policy (MaxAttempts, RetryAfter, DeadLetter), a retry becomes a retry copy or a
+// dead letter in every mode (DESIGN §3.3).
 //
 // Auto marks a record once its handler has returned and franz-go's autocommit commits the marks:
 // under ByKey and Unordered a mark may pass records of other keys still in flight, so after a crash
