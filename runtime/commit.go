@@ -17,8 +17,9 @@ const (
 	commitTimeout = 5 * time.Second       // bound of a revoke's or shutdown's final commit (DESIGN §3.7)
 )
 
-// committer publishes moved watermarks: one MarkCommitOffsets per wake-up with every partition
-// whose watermark moved (Tracked, DESIGN §3.11); franz-go's autocommit commits the marks. Manual
+// committer publishes moved positions: one MarkCommitOffsets per wake-up with every partition
+// whose position moved, the tracker's watermark (Tracked, DESIGN §3.11) or the record after the
+// highest one done (Auto, see markDone); franz-go's autocommit commits the marks. Manual
 // partitions are committed with kadm instead. It also reports in-flight gauges.
 func (c *consumer) committer() {
 	defer close(c.commDone)
@@ -49,20 +50,20 @@ func (c *consumer) committer() {
 	}
 }
 
-// markMoved marks every owned partition whose watermark moved since the last call.
+// markMoved marks every owned partition whose position moved since the last call.
 func (c *consumer) markMoved() {
-	if !c.tracked && !c.manual {
+	if c.txnMode {
 		return
 	}
 	c.markMu.Lock()
 	defer c.markMu.Unlock()
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	for _, ps := range c.d.owned() {
-		if ps.trk == nil || ps.sealed.Load() { // sealed: its final marks were made
+		if ps.sealed.Load() { // its final marks were made
 			continue
 		}
-		if w, ok := ps.trk.Moved(); ok {
-			addOffset(offs, ps.tp, kgo.EpochOffset{Epoch: w.Epoch, Offset: w.Offset})
+		if eo, ok := ps.moved(); ok {
+			addOffset(offs, ps.tp, eo)
 		}
 	}
 	c.markLocked(offs)
@@ -90,26 +91,12 @@ func (c *consumer) markLocked(offs map[string]map[int32]kgo.EpochOffset) {
 }
 
 // commitManual commits the pending positions of manual partitions into the subscription's group
-// with kadm: the tracker's watermarks (Tracked) or the positions taken by lanes (Auto). A failed
+// with kadm: what markMoved and finalMarks handed to markLocked. A failed
 // commit's positions stay pending for the next one (unless newer ones replaced them) and its
 // error is returned.
 func (c *consumer) commitManual(ctx context.Context) error {
 	if c.adm == nil {
 		return nil
-	}
-	if !c.tracked {
-		c.markMu.Lock()
-		offs := make(map[string]map[int32]kgo.EpochOffset)
-		c.d.mu.Lock()
-		for _, ps := range c.d.parts {
-			if ps.taken >= 0 && ps.taken != ps.lastTaken {
-				ps.lastTaken = ps.taken
-				addOffset(offs, ps.tp, kgo.EpochOffset{Epoch: -1, Offset: ps.taken})
-			}
-		}
-		c.d.mu.Unlock()
-		c.markLocked(offs)
-		c.markMu.Unlock()
 	}
 	c.manualMu.Lock()
 	pending := c.manualPending

@@ -442,6 +442,9 @@ func tidemarkGoroutines() []string {
 	buf = buf[:goruntime.Stack(buf, true)]
 	var out []string
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if _, top, _ := strings.Cut(g, "\n"); strings.HasPrefix(top, "runtime.goexit1(") {
+			continue // its function has returned; the goroutine is exiting
+		}
 		if strings.Contains(g, "tidemark/runtime.") && !strings.Contains(g, "runtime_test.") {
 			out = append(out, g)
 		}

@@ -42,12 +42,44 @@ type partState struct {
 	single      *unit            // ByPartition, and keyless records under ByKey
 	keys        map[string]*unit // ByKey
 	copies      map[int64]*unit  // units of this group's retry copies, by offset, while queued or running
-	taken       int64            // Auto manual partitions: next offset after the highest record handled, -1 before any
+
+	// Auto: the highest record whose handler has returned with none before it in its take still
+	// running (lanes raise it, never lower it); the committer marks the offset after it
+	done atomic.Pointer[kgo.Record]
 
 	// guarded by dispatcher.mu, used by the committer
 	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
 	oldestSince time.Time // when it was first seen
-	lastTaken   int64     // Auto manual partitions: the position last handed to kadm
+
+	marked int64 // Auto: the offset last marked (guarded by consumer.markMu), -1 before any
+}
+
+// markDone raises ps.done to r (Auto), never lowers it, and reports whether it moved.
+func (ps *partState) markDone(r *kgo.Record) bool {
+	for {
+		cur := ps.done.Load()
+		if cur != nil && cur.Offset >= r.Offset {
+			return false
+		}
+		if ps.done.CompareAndSwap(cur, r) {
+			return true
+		}
+	}
+}
+
+// moved returns ps's position if it moved since the last call: the tracker's watermark (Tracked)
+// or the offset after ps.done, with its record's leader epoch (Auto). consumer.markMu held.
+func (ps *partState) moved() (kgo.EpochOffset, bool) {
+	if ps.trk != nil {
+		w, ok := ps.trk.Moved()
+		return kgo.EpochOffset{Epoch: w.Epoch, Offset: w.Offset}, ok
+	}
+	r := ps.done.Load()
+	if r == nil || r.Offset+1 <= ps.marked {
+		return kgo.EpochOffset{}, false
+	}
+	ps.marked = r.Offset + 1
+	return kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}, true
 }
 
 // A unit is what must be handled in order, one take at a time: a partition, a key, or (Unordered,
@@ -1086,13 +1118,6 @@ func (d *dispatcher) dropQueued(tw *txnWindow) {
 	}
 	d.flowAllLocked()
 	d.notifyLocked()
-}
-
-// setTaken moves an Auto manual partition's position for kadm to off, never back.
-func (d *dispatcher) setTaken(ps *partState, off int64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	ps.taken = max(ps.taken, off)
 }
 
 // setWindow sets the window the next records are polled into.

@@ -33,7 +33,7 @@ func (c *consumer) lane() {
 		handled := len(items)
 		if c.bh != nil {
 			c.handleBatch(items)
-			c.markDone(items)
+			c.markBatch(items)
 		} else {
 			handled = c.handleTake(items, &dl)
 		}
@@ -41,30 +41,23 @@ func (c *consumer) lane() {
 	}
 }
 
-// handleTake handles a take's records one after another, in order, marks them (Auto) every
-// autoMarkEvery records and at the end, and returns how many it handled. It stops after a record
-// that must run again before those behind it (an in-place retry, a panic under PanicFail), and
-// before a record that may no longer run (its partition was revoked or lost, the App is stopping,
-// its Transactional window aborted).
+// handleTake handles a take's records one after another, in order, marks each (Auto) once its
+// handler has returned, and returns how many it handled. It stops after a record that must run
+// again before those behind it (an in-place retry, a panic under PanicFail), and before a record
+// that may no longer run (its partition was revoked or lost, the App is stopping, its
+// Transactional window aborted).
 func (c *consumer) handleTake(items []*item, dl *Delivery) int {
-	marked, handled := 0, len(items)
 	for i, it := range items {
 		if i > 0 && !c.d.runnable(it) {
-			handled = i
-			break
+			return i
 		}
 		c.handle(it, dl)
 		if it.act != actDone {
-			handled = i + 1
-			break
+			return i + 1
 		}
-		if i+1-marked == autoMarkEvery {
-			c.markDone(items[marked : i+1])
-			marked = i + 1
-		}
+		c.markDone(it)
 	}
-	c.markDone(items[marked:handled])
-	return handled
+	return len(items)
 }
 
 // handle runs one record through the handler and settles it (DESIGN §3.2, §3.8); it.act says how
@@ -191,21 +184,25 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 	return nil, c.h.HandleDelivery(ctx, d)
 }
 
-// autoMarkEvery is how many records of a long take are handled between two Auto marks.
-const autoMarkEvery = 16
+// markDone marks, under Auto, a record that is done and follows only done records of its take,
+// for franz-go's autocommit (DESIGN §3.2, as docs/commit-modes.md words it: a record is marked
+// once its handler has returned). It raises partState.done (one compare-and-swap, no lock) and
+// wakes the committer, which hands the moved positions to franz-go in one MarkCommitOffsets (at
+// most every 10 ms; at once on a revoke or shutdown, finalMarks). A partition whose final marks
+// were made (revoked) or that was lost is sealed: the committer marks nothing more for it, since
+// another member may own it (DESIGN §3.7).
+func (c *consumer) markDone(it *item) {
+	if !c.tracked && !c.txnMode && it.ps.markDone(it.rec) {
+		c.kick()
+	}
+}
 
-// markDone marks, under Auto, what a take's handled records allow for franz-go's autocommit: per
-// partition, the highest record before the first one that is not done (DESIGN §3.2, as
-// docs/commit-modes.md words it: a record is marked once its handler has returned). franz-go marks
-// the highest offset and never rewinds, so one record per partition is enough. Nothing is marked
-// for a partition whose final marks were made (revoked) or that was lost: another member may own
-// it (DESIGN §3.7). Manual partitions keep the position in partState.taken for kadm instead.
-func (c *consumer) markDone(items []*item) {
-	if c.tracked || c.txnMode || len(items) == 0 {
+// markBatch marks, under Auto, what a batch's settled elements allow: per partition, the highest
+// record before the first one that is not done (see markDone).
+func (c *consumer) markBatch(items []*item) {
+	if c.tracked || c.txnMode {
 		return
 	}
-	c.markMu.Lock()
-	defer c.markMu.Unlock()
 	var (
 		high    []*item      // per partition, the highest done record before any that is not done
 		stopped []*partState // partitions with a record not done: nothing after it is marked
@@ -218,7 +215,7 @@ func (c *consumer) markDone(items []*item) {
 			stopped = append(stopped, it.ps)
 			continue
 		}
-		i := slices.IndexFunc(high, func(h *item) bool { return h.ps == it.ps }) // a take has one or a few
+		i := slices.IndexFunc(high, func(h *item) bool { return h.ps == it.ps }) // a batch has one or a few
 		switch {
 		case i < 0:
 			high = append(high, it)
@@ -227,13 +224,7 @@ func (c *consumer) markDone(items []*item) {
 		}
 	}
 	for _, it := range high {
-		switch {
-		case it.ps.sealed.Load():
-		case c.manual:
-			c.d.setTaken(it.ps, it.rec.Offset+1)
-		default:
-			c.cl.MarkCommitRecords(it.rec)
-		}
+		c.markDone(it)
 	}
 }
 

@@ -64,17 +64,21 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	}
 }
 
-// finalMarks marks the last watermark of partitions that are leaving and resets their trackers, so
+// finalMarks marks the last position of partitions that are leaving (Tracked: the watermark, and
+// their trackers are reset; Auto: the record after the highest one done) and seals them, so
 // completions that arrive later are stale and never marked.
 func (c *consumer) finalMarks(pss []*partState) {
 	c.markMu.Lock()
 	defer c.markMu.Unlock()
 	offs := make(map[string]map[int32]kgo.EpochOffset)
 	for _, ps := range pss {
-		if ps.sealed.Swap(true) { // Auto lanes mark nothing here from now on
+		if ps.sealed.Swap(true) { // the committer marks nothing here from now on
 			continue // sealed already (shutdown, then the revoke of leaving the group): marked then
 		}
-		if ps.trk == nil {
+		if ps.trk == nil { // Auto: what the committer has not marked yet
+			if eo, ok := ps.moved(); ok {
+				addOffset(offs, ps.tp, eo)
+			}
 			continue
 		}
 		if w, ok := ps.trk.Watermark(); ok {

@@ -158,10 +158,16 @@ func offsetsOf(cs []kfaketest.Commit) []int64 {
 }
 
 // A revoke stops dispatching the revoked partition's queued records, waits for the one in a
-// handler, commits the tracker's watermark before the revoke returns, and the next owner starts
-// exactly there: nothing handled twice, nothing lost, commits never go back (DESIGN §3.1, §3.7,
-// §3.11).
+// handler, commits what finished (Tracked: the tracker's watermark; Auto: the record after the
+// highest one done) before the revoke returns, and the next owner starts exactly there: nothing
+// handled twice, nothing lost, commits never go back (DESIGN §3.1, §3.7, §3.11).
 func TestRevokeWithWorkInFlightCommitsWhatFinishedBeforeHandingOver(t *testing.T) {
+	for _, mode := range []runtime.CommitMode{runtime.Tracked, runtime.Auto} {
+		t.Run(mode.String(), func(t *testing.T) { testRevokeWithWorkInFlight(t, mode) })
+	}
+}
+
+func testRevokeWithWorkInFlight(t *testing.T, mode runtime.CommitMode) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 2))
 	for p := range int32(2) {
 		var vs []string
@@ -170,7 +176,7 @@ func TestRevokeWithWorkInFlightCommitsWhatFinishedBeforeHandingOver(t *testing.T
 		}
 		c.ProduceValues(t, "in", p, vs...)
 	}
-	sub := runtime.Topic("in").Group("g").Commit(runtime.Tracked)
+	sub := runtime.Topic("in").Group("g").Commit(mode)
 
 	// Member A: offset 2 of each partition blocks until A's revoke has begun. The "revoked" event
 	// is sent once the partition's dispatching has stopped (Observer.Rebalanced), so 3 and 4 of the
