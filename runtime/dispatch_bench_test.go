@@ -14,11 +14,12 @@ import (
 // BenchmarkDispatch measures the runtime's own CPU per record, without Kafka: polls of 8
 // partitions × 1,000 records are pushed as the poll loop pushes them (waitRoom, then push in
 // MaxPollRecords chunks) to one lane with a handler that only counts, with the default bounds.
-// One op is one record; cpu-ns/op is the process's CPU time (every goroutine) per record. "poll-loop" is the same records made and counted by a loop alone (what a
-// raw franz-go poll loop does with them); the difference is what the dispatcher, the lane, the
-// settlement and the marks cost. A 256 MiB ballast of bytes stands for the end-to-end benchmark's
-// heap (the in-process cluster holds the input, a few hundred MiB): without it the heap is a few
-// MiB, the collector runs every few milliseconds and its cost hides the runtime's.
+// One op is one record; cpu-ns/op is the process's CPU time (every goroutine) per record.
+// "poll-loop" is the same records made and counted by a loop alone (what a raw franz-go poll loop
+// does with them); the difference is what the dispatcher, the lane, the settlement and the marks
+// cost. A 256 MiB ballast of bytes stands for the end-to-end benchmark's heap (the in-process
+// cluster holds the input, a few hundred MiB): without it the heap is a few MiB, the collector
+// runs every few milliseconds and its cost hides the runtime's.
 func BenchmarkDispatch(b *testing.B) {
 	ballast := make([]byte, 256<<20)
 	defer goruntime.KeepAlive(ballast)
