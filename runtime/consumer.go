@@ -205,7 +205,8 @@ func (c *consumer) topicsToConsume() []string {
 
 // newPart makes the state of a newly owned partition.
 func (c *consumer) newPart(key tp) *partState {
-	ps := &partState{tp: key, gen: c.gen.Add(1), oldest: -1, marked: -1}
+	ps := &partState{tp: key, gen: c.gen.Add(1), oldest: -1}
+	ps.doneEpoch.Store(-1)
 	if c.tracked {
 		ps.trk = tracker.NewPartition(c.cfg.maxInFlightPerPart + c.app.cfg.maxPollRecords + 1)
 	}

@@ -43,43 +43,52 @@ type partState struct {
 	keys        map[string]*unit // ByKey
 	copies      map[int64]*unit  // units of this group's retry copies, by offset, while queued or running
 
-	// Auto: the highest record whose handler has returned with none before it in its take still
-	// running (lanes raise it, never lower it); the committer marks the offset after it
-	done atomic.Pointer[kgo.Record]
+	// Auto: the offset after the highest record whose handler has returned with none before it in
+	// its take still running, 0 before any, and that record's leader epoch (at least: raised
+	// first), -1 before any. Lanes raise them, never lower them; the committer marks them. Not
+	// the record itself: its value would keep its whole fetch buffer alive.
+	doneNext  atomic.Int64
+	doneEpoch atomic.Int32
 
 	// guarded by dispatcher.mu, used by the committer
 	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
 	oldestSince time.Time // when it was first seen
 
-	marked int64 // Auto: the offset last marked (guarded by consumer.markMu), -1 before any
+	marked int64 // Auto: the offset last marked (guarded by consumer.markMu), 0 before any
 }
 
-// markDone raises ps.done to r (Auto), never lowers it, and reports whether it moved.
+// markDone raises ps's done position to the offset after r (Auto), never lowers it, and reports
+// whether it moved. The epoch is raised first, so a reader that loads the offset, then the epoch,
+// gets at least the epoch of the record the offset came from (a leader epoch never decreases
+// along a partition's log).
 func (ps *partState) markDone(r *kgo.Record) bool {
+	for e := ps.doneEpoch.Load(); r.LeaderEpoch > e && !ps.doneEpoch.CompareAndSwap(e, r.LeaderEpoch); {
+		e = ps.doneEpoch.Load()
+	}
 	for {
-		cur := ps.done.Load()
-		if cur != nil && cur.Offset >= r.Offset {
+		cur := ps.doneNext.Load()
+		if cur > r.Offset {
 			return false
 		}
-		if ps.done.CompareAndSwap(cur, r) {
+		if ps.doneNext.CompareAndSwap(cur, r.Offset+1) {
 			return true
 		}
 	}
 }
 
 // moved returns ps's position if it moved since the last call: the tracker's watermark (Tracked)
-// or the offset after ps.done, with its record's leader epoch (Auto). consumer.markMu held.
+// or the done position with its leader epoch (Auto). consumer.markMu held.
 func (ps *partState) moved() (kgo.EpochOffset, bool) {
 	if ps.trk != nil {
 		w, ok := ps.trk.Moved()
 		return kgo.EpochOffset{Epoch: w.Epoch, Offset: w.Offset}, ok
 	}
-	r := ps.done.Load()
-	if r == nil || r.Offset+1 <= ps.marked {
+	next := ps.doneNext.Load()
+	if next <= ps.marked {
 		return kgo.EpochOffset{}, false
 	}
-	ps.marked = r.Offset + 1
-	return kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}, true
+	ps.marked = next
+	return kgo.EpochOffset{Epoch: ps.doneEpoch.Load(), Offset: next}, true
 }
 
 // A unit is what must be handled in order, one take at a time: a partition, a key, or (Unordered,

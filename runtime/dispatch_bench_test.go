@@ -64,36 +64,17 @@ func synthPoll(limit int, base int64) kgo.Fetches {
 }
 
 func benchDispatch(b *testing.B, mode CommitMode) {
-	a := New(Brokers("127.0.0.1:1"), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	var n atomic.Int64
 	all := make(chan struct{})
 	var want atomic.Int64
 	want.Store(-1)
-	h := HandlerFunc(func(context.Context, *Delivery) error {
+	c, stop := startBare(b, mode, HandlerFunc(func(context.Context, *Delivery) error {
 		if n.Add(1) == want.Load() {
 			close(all)
 		}
 		return nil
-	})
-	parts := make([]int32, synthParts)
-	for p := range parts {
-		parts[p] = int32(p)
-	}
-	cfg := defaultHandleConfig()
-	reg := registration{sub: Partitions("t", parts...).Commit(mode), handler: h, cfg: cfg}
-	c, err := newConsumer(a, 0, reg, context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.cl.Close()
-	for _, p := range parts {
-		c.d.add(c.newPart(tp{"t", p}))
-	}
-	for range c.cfg.workers {
-		c.wg.Go(c.lane)
-	}
-	c.commDone = make(chan struct{})
-	c.wg.Go(c.committer)
+	}))
+	defer stop()
 	ctx := context.Background()
 	b.ResetTimer()
 	stopCPU := reportCPU(b)
@@ -107,7 +88,7 @@ func benchDispatch(b *testing.B, mode CommitMode) {
 		if pushed >= b.N {
 			want.Store(int64(pushed))
 		}
-		if _, _, err := c.d.push(fs, a.cfg.maxPollRecords); err != nil {
+		if _, _, err := c.d.push(fs, c.app.cfg.maxPollRecords); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -116,10 +97,37 @@ func benchDispatch(b *testing.B, mode CommitMode) {
 	}
 	b.StopTimer()
 	stopCPU()
-	c.d.stop()
-	close(c.stopComm)
-	c.wg.Wait()
-	c.cutWork(nil)
+}
+
+// startBare starts a consumer of synthParts manual partitions of topic "t" in mode with handler h,
+// default options, and no Kafka: its lanes and committer run, records come only from d.push
+// (nothing is polled; its client never connects). stop stops it.
+func startBare(tb testing.TB, mode CommitMode, h Handler) (c *consumer, stop func()) {
+	a := New(Brokers("127.0.0.1:1"), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	parts := make([]int32, synthParts)
+	for p := range parts {
+		parts[p] = int32(p)
+	}
+	reg := registration{sub: Partitions("t", parts...).Commit(mode), handler: h, cfg: defaultHandleConfig()}
+	c, err := newConsumer(a, 0, reg, context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, p := range parts {
+		c.d.add(c.newPart(tp{"t", p}))
+	}
+	for range c.cfg.workers {
+		c.wg.Go(c.lane)
+	}
+	c.commDone = make(chan struct{})
+	c.wg.Go(c.committer)
+	return c, func() {
+		c.d.stop()
+		close(c.stopComm)
+		c.wg.Wait()
+		c.cutWork(nil)
+		c.cl.Close()
+	}
 }
 
 // reportCPU starts measuring the process's CPU time; the returned func reports it per op.
