@@ -23,10 +23,12 @@ import (
 // input: it adds the join and the wait for the next autocommit tick (AutoCommitInterval, 100 ms in
 // kfaketest.FastOpts), so on this 1M-record input it moves in steps of about 0.2 of raw.
 //
-// Two diagnostics come with them: how many records each client's fetches decoded per record of
-// the input (a kgo hook, called once per batch; above 1 means records were fetched again), and a
-// fourth contender, Tracked with MaxInFlightPerPartition(16384), which shows what the default
-// bound costs (see docs/performance.md). No Observer is set: the runtime runs as by default.
+// Three diagnostics come with them: how many records each client's fetches decoded per record of
+// the input (a kgo hook, called once per batch; above 1 means records were fetched again), the
+// tail of each round (logged: from the last batch the client read to the last record counted,
+// what handling the last fetch adds after it arrived), and a fourth contender, Tracked with
+// MaxInFlightPerPartition(16384), which shows what the default bound costs (see
+// docs/performance.md). No Observer is set: the runtime runs as by default.
 //
 // Beside the rates, each contender's CPU per record (cpu-ns/rec, the median over the rounds): the
 // process's CPU time (user + system, getrusage) from the contender's start to its shutdown,
@@ -88,6 +90,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 					line += fmt.Sprintf(", %.0f ns CPU per record", c.cpu[r])
 				}
 				line += fmt.Sprintf(", %.0f bytes allocated per record", c.alloc[r])
+				line += fmt.Sprintf(", tail %.1f ms", float64(clk.last.Load()-fc.lastAt.Load())/1e6)
 				line += ");"
 			}
 			b.Log(line) // one line per round: the testing package keeps only 10 lines of a benchmark's log

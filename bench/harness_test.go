@@ -379,11 +379,12 @@ func envInt(name string, def int) int {
 var rounds = envInt("TIDEMARK_BENCH_ROUNDS", 5)
 
 // fetchCounter counts the records a client's fetches decoded (a kgo hook): more than the input
-// means records were fetched again.
-type fetchCounter struct{ records atomic.Int64 }
+// means records were fetched again. lastAt is when the last batch was read (unix ns).
+type fetchCounter struct{ records, lastAt atomic.Int64 }
 
 func (f *fetchCounter) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
 	f.records.Add(int64(m.NumRecords))
+	f.lastAt.Store(time.Now().UnixNano())
 }
 
 // pauseCounter counts the runtime's back-pressure pauses (an Observer).
