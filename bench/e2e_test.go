@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/cputime"
 	"github.com/tidemark-io/tidemark/runtime"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -70,9 +71,9 @@ func BenchmarkEndToEnd(b *testing.B) {
 				var ms goruntime.MemStats
 				goruntime.ReadMemStats(&ms)
 				alloc0 := ms.TotalAlloc
-				cpu0, cpuOK := processCPU()
+				cpu0, cpuOK := cputime.Process()
 				d := c.run(fc, clk)
-				if cpu1, ok := processCPU(); ok && cpuOK {
+				if cpu1, ok := cputime.Process(); ok && cpuOK {
 					c.cpu = append(c.cpu, float64(cpu1-cpu0)/float64(n))
 				}
 				goruntime.ReadMemStats(&ms)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/internal/cputime"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -132,9 +133,9 @@ func startBare(tb testing.TB, mode CommitMode, h Handler) (c *consumer, stop fun
 
 // reportCPU starts measuring the process's CPU time; the returned func reports it per op.
 func reportCPU(b *testing.B) func() {
-	start, ok := processCPU()
+	start, ok := cputime.Process()
 	return func() {
-		if end, ok2 := processCPU(); ok && ok2 {
+		if end, ok2 := cputime.Process(); ok && ok2 {
 			b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 		}
 	}
