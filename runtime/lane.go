@@ -137,11 +137,12 @@ func (c *consumer) attempt(it *item) (attempt int, spent error) {
 func (c *consumer) conclude(it *item, ev *SettledEvent, err error, ctx context.Context, pubs *publishes) {
 	kind, after, cause := classify(err)
 	switch {
-	case kind == kindRetry && it.win == nil && ctx.Err() != nil:
+	case kind != kindAck && it.win == nil && ctx.Err() != nil:
 		// The runtime cancelled the handler (a revoke's or Shutdown's drain bound passed, the
-		// partition was lost) and it failed: it did not finish. It stays in flight, uncommitted,
-		// for the next owner: not a retry copy, a dead letter or (Auto) a refused retry that
-		// commits past it (DESIGN §3.7).
+		// partition was lost) and it returned an error, a Drop too (its cause is most likely the
+		// cancellation itself): it did not finish. It stays in flight, uncommitted, for the next
+		// owner: not a retry copy, a dead letter, a drop or (Auto) a refused retry that commits
+		// past it (DESIGN §3.7).
 		ev.Err = cause
 		c.retryInPlace(it, ev)
 	case it.win != nil && (kind == kindRetry || pubs.failed.Load() != nil) &&

@@ -41,7 +41,9 @@ var (
 )
 
 // Drop returns the outcome "discard this record": it is settled as done and never handled again
-// (DESIGN §3.2). err says why (it is logged); nil is allowed.
+// (DESIGN §3.2). err says why (it is logged); nil is allowed. Returned by a handler whose ctx the
+// runtime cancelled (a drain bound passed, the partition was lost), it counts as a failure like
+// any error: the record did not finish and stays uncommitted for the next owner (DESIGN §3.7).
 func Drop(err error) error {
 	if err == nil {
 		err = errDropped
