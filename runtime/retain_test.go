@@ -18,20 +18,20 @@ func TestSettledRecordsKeepNoFetchBufferAlive(t *testing.T) {
 	for _, mode := range []CommitMode{Auto, Tracked} {
 		t.Run(mode.String(), func(t *testing.T) {
 			const per = 100
-			left := make(chan struct{}, synthParts*per)
+			handled := make(chan struct{}, synthParts*per)
 			c, stop := startBare(t, mode, HandlerFunc(func(context.Context, *Delivery) error {
-				left <- struct{}{}
+				handled <- struct{}{}
 				return nil
 			}))
 			defer stop()
 			bufs := pushBuffered(t, c, per) // one 1 MiB "fetch response" per partition
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			for range synthParts * per {
+			for i := range synthParts * per {
 				select {
-				case <-left:
+				case <-handled:
 				case <-ctx.Done():
-					t.Fatalf("handled %d of %d records", synthParts*per-len(left), synthParts*per)
+					t.Fatalf("handled %d of %d records", i, synthParts*per)
 				}
 			}
 			if err := c.d.waitIdle(ctx, nil); err != nil {
