@@ -52,19 +52,22 @@ type consumer struct {
 	markMu sync.Mutex // orders marks against revokes: lock order markMu → d.mu
 	gen    atomic.Uint64
 
-	ready     chan struct{} // closed on the first assignment (group) or at start (manual)
-	readyOnce sync.Once
-	workCtx   context.Context // parent of every partition's handler ctx
-	cutWork   context.CancelCauseFunc
-	stopPoll  context.CancelFunc
-	pollDone  chan struct{}
-	stopComm  chan struct{}
-	commDone  chan struct{}   // closed when the committer returns; nil if it never started
-	txnPart   kgo.Partitioner // Transactional: the user's partitioner (txnPartitioner)
-	txnSlots  chan struct{}   // Transactional: the sessions' buffer slots, for QueueTimeout (acquireSlot)
-	wake      chan struct{}
-	wg        sync.WaitGroup // lanes and the committer
-	closing   atomic.Bool    // set before the client leaves the group at shutdown
+	ready      chan struct{} // closed on the first assignment (group) or at start (manual)
+	readyOnce  sync.Once
+	workCtx    context.Context // parent of every partition's handler ctx
+	cutWork    context.CancelCauseFunc
+	stopPoll   context.CancelFunc
+	barrier    context.Context // cancelled once Shutdown's ctx ends after polling stopped (waitBarrier)
+	cutBarrier context.CancelCauseFunc
+	lastAbort  error // Transactional: the abort cause of the last window ended (poll loop's; read after pollDone)
+	pollDone   chan struct{}
+	stopComm   chan struct{}
+	commDone   chan struct{}   // closed when the committer returns; nil if it never started
+	txnPart    kgo.Partitioner // Transactional: the user's partitioner (txnPartitioner)
+	txnSlots   chan struct{}   // Transactional: the sessions' buffer slots, for QueueTimeout (acquireSlot)
+	wake       chan struct{}
+	wg         sync.WaitGroup // lanes and the committer
+	closing    atomic.Bool    // set before the client leaves the group at shutdown
 
 	txnMu    sync.Mutex
 	txnTried map[tp]map[int64]int   // Transactional: failed deliveries per offset, across aborted windows
@@ -99,6 +102,7 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 	c.d = newDispatcher(c)
 	// The group join starts as soon as the client exists, so handler contexts must exist first.
 	c.workCtx, c.cutWork = context.WithCancelCause(base)
+	c.barrier, c.cutBarrier = context.WithCancelCause(context.Background())
 	if c.txnMode {
 		sess, err := kgo.NewGroupTransactSession(c.clientOpts()...)
 		if err != nil {

@@ -12,11 +12,14 @@ import (
 
 var errShutdownBound = errors.New("tidemark: shutdown bound passed")
 
-// Shutdown stops the App in the order of DESIGN §3.7: stop polling; drain the running handlers
-// (bounded by ctx; past it their contexts are cancelled); flush the producer; final marks and
-// commit (with its own 5s bound, run even when ctx is already done); leave the group
-// (CloseAllowingRebalance). It returns once every goroutine the App started has returned; a handler
-// that ignores its cancelled ctx delays it. So a handler (or an Observer method) must not call
+// Shutdown stops the App in the order of DESIGN §3.7: stop polling (a Transactional subscription
+// ends its window: its barrier is bounded by ctx and WindowTimeout, and past either the window
+// aborts and its records are read again); drain the running handlers (bounded by ctx; past it
+// their contexts are cancelled); flush the producer; final marks and commit (with its own 5s
+// bound, run even when ctx is already done); leave the group (CloseAllowingRebalance). It returns
+// the joined errors of those steps (ctx's error wrapped when a bound passed, ErrUnflushed, failed
+// commits), once every goroutine the App started has returned; a handler that ignores its
+// cancelled ctx delays it. So a handler (or an Observer method) must not call
 // Shutdown and wait for it: Shutdown would wait for that handler's own lane, forever; start it in
 // a goroutine (go app.Shutdown(ctx)) and return. Later and concurrent calls wait for the first one
 // and return its result (or ctx's error if ctx ends first).
@@ -87,9 +90,11 @@ func (a *App) stopAll(ctx context.Context) error {
 	a.mu.Lock()
 	cs := a.consumers
 	a.mu.Unlock()
-	// 1. fetch nothing new
+	// 1. fetch nothing new; a Transactional subscription ends its window (a barrier bounded by ctx
+	// and WindowTimeout, then End)
+	var stopErrs []error
 	for _, c := range cs {
-		c.stopPolling()
+		stopErrs = append(stopErrs, c.stopPolling(ctx))
 	}
 	// 2. drain running handlers, bounded by ctx; only then are handler contexts cancelled
 	var drainErr error
@@ -135,15 +140,24 @@ func (a *App) stopAll(ctx context.Context) error {
 		c.wg.Wait()
 		c.cutWork(errShutdownBound)
 	}
-	return errors.Join(append([]error{drainErr, flushErr}, errs...)...)
+	return errors.Join(append(append(stopErrs, drainErr, flushErr), errs...)...)
 }
 
-func (c *consumer) stopPolling() {
+// stopPolling stops the poll loop and waits for it to return. A Transactional poll loop first ends
+// its window: once ctx (Shutdown's) has ended, its barrier stops waiting and the window aborts
+// (waitBarrier); the error then says so, wrapping ctx's error. Nil otherwise.
+func (c *consumer) stopPolling(ctx context.Context) error {
 	if c.stopPoll == nil {
-		return
+		return nil
 	}
+	stop := context.AfterFunc(ctx, func() { c.cutBarrier(errShutdownBound) })
+	defer stop()
 	c.stopPoll()
 	<-c.pollDone
+	if errors.Is(c.lastAbort, errShutdownBound) {
+		return fmt.Errorf("tidemark: %s: the last window aborted (its records are read again): %w", c.sub, ctx.Err())
+	}
+	return nil
 }
 
 // waitPatternReady returns once the subscription has an assignment, or once metadata has loaded

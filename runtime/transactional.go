@@ -213,11 +213,9 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 			}
 		}
 		tw.w.Seal()
-		wctx, cancel := context.WithTimeoutCause(base, c.cfg.windowTimeout, errWindowStalled)
-		if err := tw.w.Wait(wctx); err != nil && tw.w.Aborted() == nil {
+		if err := c.waitBarrier(base, tw); err != nil && tw.w.Aborted() == nil {
 			c.abortWindow(tw, err)
 		}
-		cancel()
 		try := kgo.TryCommit
 		if tw.w.Aborted() != nil {
 			try = kgo.TryAbort
@@ -228,6 +226,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		committed, err := c.sess.End(ectx, try)
 		cancel()
 		tw.w.Release() // its handlers' ctx: done with, and no longer held by c.workCtx
+		c.lastAbort = tw.w.Aborted()
 		switch {
 		case err != nil:
 			if !c.sessionFailed(ctx, err, &failures) {
@@ -257,6 +256,20 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 			}
 		}
 	}
+}
+
+// waitBarrier waits until every record of tw has settled and its outputs are produced: nil, or
+// tw's abort cause; errWindowStalled once WindowTimeout has passed; errShutdownBound once
+// Shutdown's ctx has ended after polling stopped (DESIGN §3.4: the last window aborts if the
+// drain did not finish; its records are read again by the next owner).
+func (c *consumer) waitBarrier(base context.Context, tw *txnWindow) error {
+	ctx, cancelTimeout := context.WithTimeoutCause(base, c.cfg.windowTimeout, errWindowStalled)
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(c.barrier, func() { cancel(context.Cause(c.barrier)) })
+	defer stop()
+	return tw.w.Wait(ctx)
 }
 
 // sessionFailed handles an error from Begin or End: fencing is fatal; other errors rebuild the

@@ -857,3 +857,55 @@ func TestTransactionalPublishHonoursQueueTimeout(t *testing.T) {
 	}
 	require.Equal(t, []string{"a-done"}, got, "only the second delivery's output commits")
 }
+
+// Shutdown's ctx bounds the last window's barrier too (DESIGN §3.4: TryAbort if the drain did not
+// finish), not only WindowTimeout: with a handler stuck until its ctx ends and WindowTimeout an
+// hour away, Shutdown returns the drain's error soon after its ctx ends, nothing past the stuck
+// record is committed, and the next App handles the aborted window's records again, once each.
+func TestTxnShutdownBoundAbortsTheLastWindow(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	running := make(chan struct{})
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-bound")),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if d.Record().Offset == 1 {
+				close(running)
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}), runtime.WindowTimeout(time.Hour))
+	sctx0, cancel0 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel0()
+	require.NoError(t, app.Start(sctx0)) // not start(t, app): its cleanup's Shutdown would return this one's error
+	waitClosed(t, running, "offset 1 was never handled")
+	sctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- app.Shutdown(sctx) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the drain did not finish")
+		require.ErrorContains(t, err, "the last window aborted")
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("Shutdown waited for WindowTimeout, not for its ctx")
+	}
+	first := int64(0) // offset 0 may have committed in a window of its own
+	if committed := c.Committed(t, "g", "in"); len(committed) > 0 {
+		require.Equal(t, map[int32]int64{0: 1}, committed, "nothing past the stuck record")
+		first = 1
+	}
+
+	var s seen
+	next := runtime.New(appOpts(c)...)
+	runtime.Handle(next, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-bound")),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			s.add(string(d.Record().Value), d.Attempt())
+			return nil
+		}))
+	start(t, next)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3})
+	stop(t, next)
+	require.Equal(t, []string{"a", "b", "c"}[first:], s.values(), "the aborted window's records, once each")
+}
