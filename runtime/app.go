@@ -233,10 +233,10 @@ func (a *App) closedErr() error {
 
 // Run starts the App, serves until ctx ends or a fatal error happens (a handler panic under
 // PanicFail, a fenced or repeatedly failing Transactional session), then shuts down: ShutdownTimeout
-// bounds its drain of running handlers (the flush, the final commit and a last Transactional window
-// have their own bounds: FlushTimeout, 5 s, WindowTimeout). It returns only
-// after every goroutine the App started has returned: nil after a clean stop, the fatal error (a
-// *PanicError, for instance) otherwise, joined with the shutdown's error. When Start fails, Run
+// bounds its drain of running handlers and a last Transactional window's barrier (the flush, the
+// final commit and that window's End have their own bounds: FlushTimeout, 5 s, WindowTimeout). It
+// returns only after every goroutine the App started has returned: nil after a clean stop, the
+// fatal error (a *PanicError, for instance) otherwise, joined with the shutdown's error. When Start fails, Run
 // returns Start's error, ctx ending before Start has finished included: that error wraps ctx's
 // (errors.Is(err, context.Canceled)) and the App is Failed.
 func (a *App) Run(ctx context.Context) error {

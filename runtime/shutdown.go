@@ -92,9 +92,13 @@ func (a *App) stopAll(ctx context.Context) error {
 	a.mu.Unlock()
 	// 1. fetch nothing new; a Transactional subscription ends its window (a barrier bounded by ctx
 	// and WindowTimeout, then End)
+	waits := make([]func() error, len(cs))
+	for i, c := range cs { // every poll loop stops before any is waited for
+		waits[i] = c.stopPolling(ctx)
+	}
 	var stopErrs []error
-	for _, c := range cs {
-		stopErrs = append(stopErrs, c.stopPolling(ctx))
+	for _, wait := range waits {
+		stopErrs = append(stopErrs, wait())
 	}
 	// 2. drain running handlers, bounded by ctx; only then are handler contexts cancelled
 	var drainErr error
@@ -143,21 +147,23 @@ func (a *App) stopAll(ctx context.Context) error {
 	return errors.Join(append(append(stopErrs, drainErr, flushErr), errs...)...)
 }
 
-// stopPolling stops the poll loop and waits for it to return. A Transactional poll loop first ends
-// its window: once ctx (Shutdown's) has ended, its barrier stops waiting and the window aborts
-// (waitBarrier); the error then says so, wrapping ctx's error. Nil otherwise.
-func (c *consumer) stopPolling(ctx context.Context) error {
+// stopPolling stops the poll loop and returns wait, which waits for it to return. A Transactional
+// poll loop first ends its window: once ctx (Shutdown's) has ended, its barrier stops waiting and
+// the window aborts (waitBarrier); wait's error then says so, wrapping ctx's cause. Nil otherwise.
+func (c *consumer) stopPolling(ctx context.Context) (wait func() error) {
 	if c.stopPoll == nil {
-		return nil
+		return func() error { return nil }
 	}
 	stop := context.AfterFunc(ctx, func() { c.cutBarrier(errShutdownBound) })
-	defer stop()
 	c.stopPoll()
-	<-c.pollDone
-	if errors.Is(c.lastAbort, errShutdownBound) {
-		return fmt.Errorf("tidemark: %s: the last window aborted (its records are read again): %w", c.sub, ctx.Err())
+	return func() error {
+		defer stop()
+		<-c.pollDone
+		if errors.Is(c.lastAbort, errShutdownBound) {
+			return fmt.Errorf("tidemark: %s: the last window aborted (its records are read again): %w", c.sub, context.Cause(ctx))
+		}
+		return nil
 	}
-	return nil
 }
 
 // waitPatternReady returns once the subscription has an assignment, or once metadata has loaded

@@ -909,3 +909,40 @@ func TestTxnShutdownBoundAbortsTheLastWindow(t *testing.T) {
 	stop(t, next)
 	require.Equal(t, []string{"a", "b", "c"}[first:], s.values(), "the aborted window's records, once each")
 }
+
+// Shutdown stops every subscription's poll loop before it waits for any (DESIGN §3.7: fetch
+// nothing new): while a Transactional subscription's last window waits at its barrier for a stuck
+// handler, another subscription reads nothing produced after Shutdown began. (Between the state
+// change and the poll loops' cancellation there is no I/O; the record takes a produce and a fetch.)
+func TestShutdownStopsEveryPollLoopBeforeWaiting(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in1", 1), kfaketest.Topic("in2", 1))
+	c.ProduceValues(t, "in1", 0, "stuck")
+	running := make(chan struct{})
+	var s2 seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in1").Group("g1").Commit(runtime.Transactional("tx-stuck")),
+		runtime.HandlerFunc(func(ctx context.Context, _ *runtime.Delivery) error {
+			close(running)
+			<-ctx.Done()
+			return ctx.Err()
+		}), runtime.WindowTimeout(time.Hour))
+	runtime.Handle(app, runtime.Topic("in2").Group("g2").Commit(runtime.Transactional("tx-other")), s2.handler())
+	sctx0, cancel0 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel0()
+	require.NoError(t, app.Start(sctx0)) // not start(t, app): its cleanup's Shutdown would return this one's error
+	waitClosed(t, running, "in1's record was never handled")
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- app.Shutdown(sctx) }()
+	eventually(t, func() bool { st, _ := app.State(); return st == runtime.StateShuttingDown }, "Shutdown did not begin")
+	c.ProduceValues(t, "in2", 0, "late")
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, `Topic("in1"): the last window aborted`)
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("Shutdown did not return")
+	}
+	require.Empty(t, s2.values(), "in2 read a record produced after Shutdown began")
+	require.Empty(t, c.Committed(t, "g2", "in2"), "in2 committed nothing")
+}
