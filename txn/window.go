@@ -92,7 +92,8 @@ func (w *Window) maybeIdle() {
 }
 
 // Wait returns nil once the window is sealed and every record is done, the abort reason once it
-// is aborted, the cause of New's parent ctx once that ends first, or ctx's error.
+// is aborted, the cause of New's parent ctx once that ends first, or ctx's cause. A window already
+// done wins over a ctx already ended.
 func (w *Window) Wait(ctx context.Context) error {
 	select {
 	case <-w.idle:
@@ -108,7 +109,12 @@ func (w *Window) Wait(ctx context.Context) error {
 			return context.Cause(w.ctx) // the parent ended: the window is not done
 		}
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		select {
+		case <-w.idle:
+			return w.Aborted()
+		default:
+			return context.Cause(ctx)
+		}
 	}
 }
 

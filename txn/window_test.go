@@ -27,6 +27,21 @@ func TestWaitReturnsOnceSealedAndDone(t *testing.T) {
 	require.Panics(t, func() { w.Add(1) })
 }
 
+// A window whose records are all done returns nil even when Wait's ctx has already ended: the
+// barrier finished (Shutdown with an ended ctx commits a settled window; DESIGN §3.4).
+func TestWaitPrefersADoneWindowToAnEndedCtx(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 1000 { // Wait's select would pick either ready case at random
+		w := New(context.Background())
+		w.Add(1)
+		w.Seal()
+		w.Done()
+		require.NoError(t, w.Wait(ctx))
+		w.Release()
+	}
+}
+
 // Aborting cancels the handlers' context, wakes the barrier with the first reason, and a closed
 // window refuses produces.
 func TestAbortCancelsAndCloseRefusesProduces(t *testing.T) {
