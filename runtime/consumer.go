@@ -59,7 +59,8 @@ type consumer struct {
 	stopPoll   context.CancelFunc
 	barrier    context.Context // cancelled once Shutdown's ctx ends after polling stopped (waitBarrier)
 	cutBarrier context.CancelCauseFunc
-	lastAbort  error // Transactional: the abort cause of the last window ended (poll loop's; read after pollDone)
+	lastAbort  error // Transactional: the last window's abort cause (the poll loop's; read after pollDone)
+	lastEnd    error // Transactional: the last window's End error, likewise
 	pollDone   chan struct{}
 	stopComm   chan struct{}
 	commDone   chan struct{}   // closed when the committer returns; nil if it never started

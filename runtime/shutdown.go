@@ -149,7 +149,9 @@ func (a *App) stopAll(ctx context.Context) error {
 
 // stopPolling stops the poll loop and returns wait, which waits for it to return. A Transactional
 // poll loop first ends its window: once ctx (Shutdown's) has ended, its barrier stops waiting and
-// the window aborts (waitBarrier); wait's error then says so, wrapping ctx's cause. Nil otherwise.
+// the window aborts (waitBarrier). wait's error says when that window aborted because its barrier
+// did not finish (wrapping ctx's cause, or errWindowStalled) or its End failed; nil otherwise (a
+// window aborted by a rebalance or a retry is read again as in any window).
 func (c *consumer) stopPolling(ctx context.Context) (wait func() error) {
 	if c.stopPoll == nil {
 		return func() error { return nil }
@@ -159,10 +161,18 @@ func (c *consumer) stopPolling(ctx context.Context) (wait func() error) {
 	return func() error {
 		defer stop()
 		<-c.pollDone
-		if errors.Is(c.lastAbort, errShutdownBound) {
-			return fmt.Errorf("tidemark: %s: the last window aborted (its records are read again): %w", c.sub, context.Cause(ctx))
+		var err error
+		switch {
+		case errors.Is(c.lastAbort, errShutdownBound):
+			err = fmt.Errorf("tidemark: %s: the last window aborted (its records are read again): %w", c.sub, context.Cause(ctx))
+		case errors.Is(c.lastAbort, errWindowStalled):
+			err = fmt.Errorf("tidemark: %s: the last window aborted (its records are read again): %w", c.sub, c.lastAbort)
 		}
-		return nil
+		if c.lastEnd != nil {
+			err = errors.Join(err, fmt.Errorf("tidemark: %s: the last window's transaction did not end (its records are read again; "+
+				"an open transaction holds read_committed readers back until its timeout): %w", c.sub, c.lastEnd))
+		}
+		return err
 	}
 }
 

@@ -226,7 +226,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		committed, err := c.sess.End(ectx, try)
 		cancel()
 		tw.w.Release() // its handlers' ctx: done with, and no longer held by c.workCtx
-		c.lastAbort = tw.w.Aborted()
+		c.lastAbort, c.lastEnd = tw.w.Aborted(), err
 		switch {
 		case err != nil:
 			if !c.sessionFailed(ctx, err, &failures) {

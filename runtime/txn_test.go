@@ -946,3 +946,66 @@ func TestShutdownStopsEveryPollLoopBeforeWaiting(t *testing.T) {
 	require.Empty(t, s2.values(), "in2 read a record produced after Shutdown began")
 	require.Empty(t, c.Committed(t, "g2", "in2"), "in2 committed nothing")
 }
+
+// shutdownWithin shuts app down with a ctx of d and returns its error; the test fails if Shutdown
+// has not returned within kfaketest.WaitTimeout.
+func shutdownWithin(t *testing.T, app *runtime.App, d time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- app.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("Shutdown did not return")
+		return nil
+	}
+}
+
+// A last window that aborts because its barrier did not finish within WindowTimeout (Shutdown's
+// ctx still running) is reported by Shutdown too, and nothing of it is committed.
+func TestTxnShutdownReportsALastWindowThatStalled(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	running := make(chan struct{})
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-stall")),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			if d.Record().Offset == 1 {
+				close(running)
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}), runtime.WindowTimeout(300*time.Millisecond), runtime.CommitInterval(time.Hour))
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(sctx)) // not start(t, app): its cleanup's Shutdown would return this one's error
+	waitClosed(t, running, "offset 1 was never handled")
+	err := shutdownWithin(t, app, 20*time.Second)
+	require.ErrorContains(t, err, `Topic("in"): the last window aborted`)
+	require.ErrorContains(t, err, "window timeout passed")
+	require.Empty(t, c.Committed(t, "g", "in"), "the window aborted: nothing committed")
+}
+
+// A last window whose End fails (its offsets are refused) is reported by Shutdown, wrapping the
+// broker's error, and nothing of it is committed; the next App reads it again.
+func TestTxnShutdownReportsALastWindowWhoseEndFailed(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	var s seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-end")), s.handler(),
+		runtime.CommitInterval(time.Hour))
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(sctx)) // not start(t, app): its cleanup's Shutdown would return this one's error
+	eventually(t, func() bool { return len(s.values()) == 3 }, "the records were not handled: %v", s.values())
+	c.FailCommit("g", -1, kerr.GroupAuthorizationFailed)
+	err := shutdownWithin(t, app, 20*time.Second)
+	require.ErrorContains(t, err, `Topic("in"): the last window's transaction did not end`)
+	require.ErrorIs(t, err, kerr.GroupAuthorizationFailed)
+	require.Empty(t, c.Committed(t, "g", "in"), "nothing committed")
+}
