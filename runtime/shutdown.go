@@ -17,11 +17,11 @@ var errShutdownBound = errors.New("tidemark: shutdown bound passed")
 // aborts and its records are read again); drain the running handlers (bounded by ctx; past it
 // their contexts are cancelled); flush the producer; final marks and commit (with its own 5s
 // bound, run even when ctx is already done); leave the group (CloseAllowingRebalance). It returns
-// the joined errors of those steps (ctx's error wrapped when a bound passed, ErrUnflushed, failed
-// commits), once every goroutine the App started has returned; a handler that ignores its
-// cancelled ctx delays it. So a handler (or an Observer method) must not call
-// Shutdown and wait for it: Shutdown would wait for that handler's own lane, forever; start it in
-// a goroutine (go app.Shutdown(ctx)) and return. Later and concurrent calls wait for the first one
+// the joined errors of those steps (a Transactional last window that did not commit, ctx's error
+// wrapped when the drain's bound passed, ErrUnflushed, failed commits), once every goroutine the
+// App started has returned; a handler that ignores its cancelled ctx delays it. So a handler (or
+// an Observer method) must not call Shutdown and wait for it: Shutdown would wait for that
+// handler's own lane, forever; start it in a goroutine (go app.Shutdown(ctx)) and return. Later and concurrent calls wait for the first one
 // and return its result (or ctx's error if ctx ends first).
 func (a *App) Shutdown(ctx context.Context) error { return a.shutdown(ctx, callerUser) }
 

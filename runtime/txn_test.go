@@ -858,39 +858,76 @@ func TestTransactionalPublishHonoursQueueTimeout(t *testing.T) {
 	require.Equal(t, []string{"a-done"}, got, "only the second delivery's output commits")
 }
 
-// Shutdown's ctx bounds the last window's barrier too (DESIGN §3.4: TryAbort if the drain did not
-// finish), not only WindowTimeout: with a handler stuck until its ctx ends and WindowTimeout an
-// hour away, Shutdown returns the drain's error soon after its ctx ends, nothing past the stuck
-// record is committed, and the next App handles the aborted window's records again, once each.
-func TestTxnShutdownBoundAbortsTheLastWindow(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+// startUnmanaged starts app (20 s bound) without start's cleanup: the test shuts it down itself and
+// checks Shutdown's error, which a later Shutdown would return again.
+func startUnmanaged(t *testing.T, app *runtime.App) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, app.Start(ctx))
+}
+
+// shutdownAsync starts app's Shutdown with a ctx of d; its result arrives on the returned channel.
+func shutdownAsync(app *runtime.App, d time.Duration) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		done <- app.Shutdown(ctx)
+	}()
+	return done
+}
+
+// awaitShutdown returns the result of a Shutdown started by shutdownAsync; the test fails if it
+// has not arrived within kfaketest.WaitTimeout.
+func awaitShutdown(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("Shutdown did not return")
+		return nil
+	}
+}
+
+// stuckAt returns a handler that acks every record but the one at offset off, which closes running
+// and waits for its ctx to end, then returns ctx's error.
+func stuckAt(off int64, running chan struct{}) runtime.Handler {
+	return runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+		if d.Record().Offset != off {
+			return nil
+		}
+		close(running)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+}
+
+// startStuckTxn produces a, b, c to "in" (1 partition), starts a Transactional App of group "g" with
+// id whose handler is stuck at offset 1 until its ctx ends (stuckAt), and returns once it is stuck.
+func startStuckTxn(t *testing.T, c *kfaketest.Cluster, id string, opts ...runtime.HandleOption) *runtime.App {
+	t.Helper()
 	c.ProduceValues(t, "in", 0, "a", "b", "c")
 	running := make(chan struct{})
 	app := runtime.New(appOpts(c)...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-bound")),
-		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			if d.Record().Offset == 1 {
-				close(running)
-				<-ctx.Done()
-				return ctx.Err()
-			}
-			return nil
-		}), runtime.WindowTimeout(time.Hour))
-	sctx0, cancel0 := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel0()
-	require.NoError(t, app.Start(sctx0)) // not start(t, app): its cleanup's Shutdown would return this one's error
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional(id)), stuckAt(1, running), opts...)
+	startUnmanaged(t, app)
 	waitClosed(t, running, "offset 1 was never handled")
-	sctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- app.Shutdown(sctx) }()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.DeadlineExceeded, "the drain did not finish")
-		require.ErrorContains(t, err, "the last window aborted")
-	case <-time.After(kfaketest.WaitTimeout):
-		t.Fatal("Shutdown waited for WindowTimeout, not for its ctx")
-	}
+	return app
+}
+
+// Shutdown's ctx bounds the last window's barrier too (DESIGN §3.4: TryAbort if the drain did not
+// finish), not only WindowTimeout: with a handler stuck until its ctx ends and WindowTimeout an
+// hour away, Shutdown returns soon after its ctx ends, saying the last window aborted, nothing past
+// the stuck record is committed, and the next App handles the aborted window's records again, once
+// each.
+func TestTxnShutdownBoundAbortsTheLastWindow(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	app := startStuckTxn(t, c, "tx-bound", runtime.WindowTimeout(time.Hour))
+	err := awaitShutdown(t, shutdownAsync(app, 200*time.Millisecond))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the drain did not finish")
+	require.ErrorContains(t, err, "the last window aborted")
 	first := int64(0) // offset 0 may have committed in a window of its own
 	if committed := c.Committed(t, "g", "in"); len(committed) > 0 {
 		require.Equal(t, map[int32]int64{0: 1}, committed, "nothing past the stuck record")
@@ -921,77 +958,31 @@ func TestShutdownStopsEveryPollLoopBeforeWaiting(t *testing.T) {
 	var s2 seen
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in1").Group("g1").Commit(runtime.Transactional("tx-stuck")),
-		runtime.HandlerFunc(func(ctx context.Context, _ *runtime.Delivery) error {
-			close(running)
-			<-ctx.Done()
-			return ctx.Err()
-		}), runtime.WindowTimeout(time.Hour))
+		stuckAt(0, running), runtime.WindowTimeout(time.Hour))
 	runtime.Handle(app, runtime.Topic("in2").Group("g2").Commit(runtime.Transactional("tx-other")), s2.handler())
-	sctx0, cancel0 := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel0()
-	require.NoError(t, app.Start(sctx0)) // not start(t, app): its cleanup's Shutdown would return this one's error
+	startUnmanaged(t, app)
 	waitClosed(t, running, "in1's record was never handled")
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- app.Shutdown(sctx) }()
+	done := shutdownAsync(app, time.Second)
 	eventually(t, func() bool { st, _ := app.State(); return st == runtime.StateShuttingDown }, "Shutdown did not begin")
 	c.ProduceValues(t, "in2", 0, "late")
-	select {
-	case err := <-done:
-		require.ErrorContains(t, err, `Topic("in1"): the last window aborted`)
-	case <-time.After(kfaketest.WaitTimeout):
-		t.Fatal("Shutdown did not return")
-	}
+	require.ErrorContains(t, awaitShutdown(t, done), `Topic("in1"): the last window aborted`)
 	require.Empty(t, s2.values(), "in2 read a record produced after Shutdown began")
 	require.Empty(t, c.Committed(t, "g2", "in2"), "in2 committed nothing")
-}
-
-// shutdownWithin shuts app down with a ctx of d and returns its error; the test fails if Shutdown
-// has not returned within kfaketest.WaitTimeout.
-func shutdownWithin(t *testing.T, app *runtime.App, d time.Duration) error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- app.Shutdown(ctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(kfaketest.WaitTimeout):
-		t.Fatal("Shutdown did not return")
-		return nil
-	}
 }
 
 // A last window that aborts because its barrier did not finish within WindowTimeout (Shutdown's
 // ctx still running) is reported by Shutdown too, and nothing of it is committed.
 func TestTxnShutdownReportsALastWindowThatStalled(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	c.ProduceValues(t, "in", 0, "a", "b", "c")
-	running := make(chan struct{})
-	app := runtime.New(appOpts(c)...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-stall")),
-		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			if d.Record().Offset == 1 {
-				close(running)
-				<-ctx.Done()
-				return ctx.Err()
-			}
-			return nil
-		}), runtime.WindowTimeout(300*time.Millisecond), runtime.CommitInterval(time.Hour))
-	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, app.Start(sctx)) // not start(t, app): its cleanup's Shutdown would return this one's error
-	waitClosed(t, running, "offset 1 was never handled")
-	err := shutdownWithin(t, app, 20*time.Second)
+	app := startStuckTxn(t, c, "tx-stall", runtime.WindowTimeout(300*time.Millisecond), runtime.CommitInterval(time.Hour))
+	err := awaitShutdown(t, shutdownAsync(app, 20*time.Second))
 	require.ErrorContains(t, err, `Topic("in"): the last window aborted`)
 	require.ErrorContains(t, err, "window timeout passed")
 	require.Empty(t, c.Committed(t, "g", "in"), "the window aborted: nothing committed")
 }
 
 // A last window whose End fails (its offsets are refused) is reported by Shutdown, wrapping the
-// broker's error, and nothing of it is committed; the next App reads it again.
+// broker's error, and nothing of it is committed.
 func TestTxnShutdownReportsALastWindowWhoseEndFailed(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 1))
 	c.ProduceValues(t, "in", 0, "a", "b", "c")
@@ -999,12 +990,10 @@ func TestTxnShutdownReportsALastWindowWhoseEndFailed(t *testing.T) {
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-end")), s.handler(),
 		runtime.CommitInterval(time.Hour))
-	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, app.Start(sctx)) // not start(t, app): its cleanup's Shutdown would return this one's error
+	startUnmanaged(t, app)
 	eventually(t, func() bool { return len(s.values()) == 3 }, "the records were not handled: %v", s.values())
 	c.FailCommit("g", -1, kerr.GroupAuthorizationFailed)
-	err := shutdownWithin(t, app, 20*time.Second)
+	err := awaitShutdown(t, shutdownAsync(app, 20*time.Second))
 	require.ErrorContains(t, err, `Topic("in"): the last window's transaction did not end`)
 	require.ErrorIs(t, err, kerr.GroupAuthorizationFailed)
 	require.Empty(t, c.Committed(t, "g", "in"), "nothing committed")
