@@ -199,34 +199,21 @@ func (c *consumer) markDone(it *item) {
 	}
 }
 
-// markBatch marks, under Auto, what a batch's settled elements allow: per partition, the highest
-// record before the first one that is not done (see markDone).
+// markBatch marks, under Auto, what a batch's settled elements allow: per partition, every done
+// element before the first one that is not done (markDone keeps the highest).
 func (c *consumer) markBatch(items []*item) {
 	if c.tracked || c.txnMode {
 		return
 	}
-	var (
-		high    []*item      // per partition, the highest done record before any that is not done
-		stopped []*partState // partitions with a record not done: nothing after it is marked
-	)
+	var stopped []*partState // partitions with an element not done: nothing after it is marked
 	for _, it := range items {
-		if slices.Contains(stopped, it.ps) {
-			continue
-		}
-		if it.act != actDone {
-			stopped = append(stopped, it.ps)
-			continue
-		}
-		i := slices.IndexFunc(high, func(h *item) bool { return h.ps == it.ps }) // a batch has one or a few
 		switch {
-		case i < 0:
-			high = append(high, it)
-		case it.rec.Offset > high[i].rec.Offset:
-			high[i] = it
+		case slices.Contains(stopped, it.ps):
+		case it.act != actDone:
+			stopped = append(stopped, it.ps)
+		default:
+			c.markDone(it)
 		}
-	}
-	for _, it := range high {
-		c.markDone(it)
 	}
 }
 
