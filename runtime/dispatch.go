@@ -125,7 +125,7 @@ type item struct {
 	act     action        // how finishTake finishes it (set by the lane that handled it)
 	control bool          // a transaction marker: settled without the handler
 	foreign bool          // a retry copy made by another group: settled without the handler
-	alone   bool          // handled out of order, in a unit of its own (retry copies, foreign copies)
+	alone   bool          // handled out of order, in a unit of its own: a retry copy of this group
 }
 
 type action uint8
@@ -323,8 +323,10 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 		var due time.Duration
 		if !it.control {
 			if g := retry.GroupOf(r); g != "" {
-				it.alone = true // a copy is out of order by nature (DESIGN §3.3)
+				// A copy of this group is out of order by nature (DESIGN §3.3); another group's
+				// is settled in its place: out of order, Auto would mark past the records before it.
 				it.foreign = g != d.c.group
+				it.alone = !it.foreign
 				if nb, ok := retry.NotBefore(r); ok && !it.foreign {
 					if now.IsZero() {
 						now = time.Now()
@@ -395,13 +397,13 @@ func (d *dispatcher) newItemLocked(ps *partState, left int) *item {
 	return it
 }
 
-// enqueueLocked queues it in its unit. A record handled out of order gets a unit of its own:
-// own, when the caller has one to spare (push allocates them per poll), else a new one.
+// enqueueLocked queues it in its unit. Under Unordered that is own, a unit of its own (the caller
+// allocates them per poll).
 func (d *dispatcher) enqueueLocked(it *item, own *unit) {
 	ps := it.ps
 	var u *unit
 	switch {
-	case it.alone && !it.foreign:
+	case it.alone:
 		// A copy of this group: one unit per offset, so that a copy read again (a Transactional
 		// window aborted) waits for its old delivery's handler to return, as a ByPartition record
 		// waits behind the one its lane is running.
@@ -413,10 +415,7 @@ func (d *dispatcher) enqueueLocked(it *item, own *unit) {
 			u = &unit{ps: ps, copied: true}
 			ps.copies[it.rec.Offset] = u
 		}
-	case d.ordering == Unordered || it.alone:
-		if own == nil {
-			own = new(unit)
-		}
+	case d.ordering == Unordered:
 		u = own
 		u.ps, u.q = ps, u.one[:0:1]
 	case d.ordering == ByKey && it.rec.Key != nil && !it.control:

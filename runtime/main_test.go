@@ -112,12 +112,27 @@ type observer struct {
 	rebal     []runtime.RebalancedEvent
 	inflight  []runtime.InFlightEvent
 	onRebal   func(runtime.RebalancedEvent)
+	onSettled func(runtime.SettledEvent) // called after recording each event
 }
 
 func (o *observer) Settled(e runtime.SettledEvent) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	o.settled = append(o.settled, e)
+	o.mu.Unlock()
+	if o.onSettled != nil {
+		o.onSettled(e)
+	}
+}
+
+// settledOffsets returns the offsets of the settled events, in the order they were settled.
+func (o *observer) settledOffsets() []int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var r []int64
+	for _, e := range o.settled {
+		r = append(r, e.Offset)
+	}
+	return r
 }
 
 func (o *observer) InFlight(e runtime.InFlightEvent) {

@@ -261,6 +261,46 @@ func TestAnotherGroupsCopyIsSettledUnhandled(t *testing.T) {
 	require.Equal(t, int64(1), foreign[0].Offset)
 }
 
+// Another group's copy is settled in its place in the partition's order, not ahead of it: a
+// subscription that makes no copies of its own never commits past a record that has not
+// finished, Auto included (docs/commit-modes.md). The copy sat in a unit of its own, a second lane
+// settled it at once, and Auto marked past the records before it: a graceful shutdown while
+// offset 0 ran committed 11 (helper-55). Here offset 0 waits for the copy's settlement, at most
+// 1 s (it never comes now), so settling it out of order shows in the order of the events.
+func TestAnotherGroupsCopyWaitsForTheRecordsBeforeIt(t *testing.T) {
+	for _, mode := range []runtime.CommitMode{runtime.Tracked, runtime.Auto} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			c.ProduceValues(t, "in", 0, numbered(10)...)
+			cp := retry.Copy(&kgo.Record{Topic: "in", Offset: 3, Value: []byte("x")}, "other-group", 1, time.Now())
+			cp.Topic, cp.Partition = "in", 0
+			c.ProduceTo(t, 0, cp)
+			copySettled := make(chan struct{})
+			obs := &observer{onSettled: func(e runtime.SettledEvent) {
+				if e.Outcome == runtime.OutcomeForeignCopy {
+					close(copySettled)
+				}
+			}}
+			app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(mode),
+				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+					if d.Record().Offset == 0 {
+						select {
+						case <-copySettled:
+						case <-time.After(time.Second):
+						}
+					}
+					return nil
+				}), runtime.Workers(2))
+			start(t, app)
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 11})
+			stop(t, app)
+			require.Equal(t, offsetRange(0, 11), obs.settledOffsets())
+			require.Len(t, obs.outcomes(runtime.OutcomeForeignCopy), 1)
+		})
+	}
+}
+
 // An undecodable record goes to the dead-letter topic with its exact bytes, and the partition
 // moves on (DESIGN §3.3, §3.8).
 func TestUndecodableRecordReachesTheDeadLetterTopicByteForByte(t *testing.T) {
