@@ -43,37 +43,33 @@ type partState struct {
 	keys        map[string]*unit // ByKey
 	copies      map[int64]*unit  // units of this group's retry copies, by offset, while queued or running
 
-	// Auto: the offset after the highest record whose handler has returned with none before it in
-	// its take still running, 0 before any, and that record's leader epoch (at least: raised
-	// first), -1 before any. Lanes raise them, never lower them; the committer marks them. Not
-	// the record itself: its value would keep its whole fetch buffer alive.
-	doneNext  atomic.Int64
-	doneEpoch atomic.Int32
+	// Auto: the position after the highest record whose handler has returned with none before it
+	// in its take still running, in franz-go's order (kgo.EpochOffset.Less: leader epoch, then
+	// offset), {-1, 0} before any. Lanes raise it, never lower it; the committer marks it. One
+	// pair under one lock: an offset never goes out with the epoch of another record (after a
+	// log truncation, a rewound record has the higher epoch and the lower offset). Not the record
+	// itself: its value would keep its whole fetch buffer alive.
+	doneMu sync.Mutex
+	done   kgo.EpochOffset
 
 	// guarded by dispatcher.mu, used by the committer
 	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
 	oldestSince time.Time // when it was first seen
 
-	marked int64 // Auto: the offset last marked (guarded by consumer.markMu), 0 before any
+	marked kgo.EpochOffset // Auto: the position last marked (guarded by consumer.markMu), {-1, 0} before any
 }
 
-// markDone raises ps's done position to the offset after r (Auto), never lowers it, and reports
-// whether it moved. The epoch is raised first, so a reader that loads the offset, then the epoch,
-// gets at least the epoch of the record the offset came from (a leader epoch never decreases
-// along a partition's log).
+// markDone raises ps's done position to the one after r (Auto), never lowers it, and reports
+// whether it moved.
 func (ps *partState) markDone(r *kgo.Record) bool {
-	for e := ps.doneEpoch.Load(); r.LeaderEpoch > e && !ps.doneEpoch.CompareAndSwap(e, r.LeaderEpoch); {
-		e = ps.doneEpoch.Load()
+	p := kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+	ps.doneMu.Lock()
+	defer ps.doneMu.Unlock()
+	if !ps.done.Less(p) {
+		return false
 	}
-	for {
-		cur := ps.doneNext.Load()
-		if cur > r.Offset {
-			return false
-		}
-		if ps.doneNext.CompareAndSwap(cur, r.Offset+1) {
-			return true
-		}
-	}
+	ps.done = p
+	return true
 }
 
 // moved returns ps's position if it moved since the last call: the tracker's watermark (Tracked)
@@ -83,12 +79,14 @@ func (ps *partState) moved() (kgo.EpochOffset, bool) {
 		w, ok := ps.trk.Moved()
 		return kgo.EpochOffset{Epoch: w.Epoch, Offset: w.Offset}, ok
 	}
-	next := ps.doneNext.Load()
-	if next <= ps.marked {
+	ps.doneMu.Lock()
+	done := ps.done
+	ps.doneMu.Unlock()
+	if !ps.marked.Less(done) {
 		return kgo.EpochOffset{}, false
 	}
-	ps.marked = next
-	return kgo.EpochOffset{Epoch: ps.doneEpoch.Load(), Offset: next}, true
+	ps.marked = done
+	return done, true
 }
 
 // A unit is what must be handled in order, one take at a time: a partition, a key, or (Unordered,
