@@ -45,12 +45,11 @@ type partState struct {
 
 	// Auto: the position after the highest record whose handler has returned with none before it
 	// in its take still running, in franz-go's order (kgo.EpochOffset.Less: leader epoch, then
-	// offset), {-1, 0} before any. Lanes raise it, never lower it; the committer marks it. One
-	// pair under one lock: an offset never goes out with the epoch of another record (after a
-	// log truncation, a rewound record has the higher epoch and the lower offset). Not the record
-	// itself: its value would keep its whole fetch buffer alive.
-	doneMu sync.Mutex
-	done   kgo.EpochOffset
+	// offset): the cell of the highest epoch done so far, {-1, 0} before any. Lanes raise it,
+	// never lower it; the committer marks it. An offset goes out only with its own record's
+	// epoch: after a log truncation, the rewound records (a higher epoch, lower offsets) start a
+	// new cell. Not the record itself: its value would keep its whole fetch buffer alive.
+	done atomic.Pointer[doneCell]
 
 	// guarded by dispatcher.mu, used by the committer
 	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
@@ -59,17 +58,39 @@ type partState struct {
 	marked kgo.EpochOffset // Auto: the position last marked (guarded by consumer.markMu), {-1, 0} before any
 }
 
+// A doneCell is Auto's done position within one leader epoch.
+type doneCell struct {
+	epoch int32        // immutable
+	next  atomic.Int64 // the offset after the highest done record of the epoch
+}
+
 // markDone raises ps's done position to the one after r (Auto), never lowers it, and reports
-// whether it moved.
+// whether it moved: a compare-and-swap on the offset of its epoch's cell, or, for a record of a
+// higher epoch, on the cell (a new one, allocated once per epoch).
 func (ps *partState) markDone(r *kgo.Record) bool {
-	p := kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
-	ps.doneMu.Lock()
-	defer ps.doneMu.Unlock()
-	if !ps.done.Less(p) {
-		return false
+	epoch := max(r.LeaderEpoch, -1) // -1: unknown, as kgo.EpochOffset.Less takes it
+	for {
+		c := ps.done.Load()
+		switch {
+		case epoch < c.epoch:
+			return false
+		case epoch == c.epoch:
+			for {
+				cur := c.next.Load()
+				if cur > r.Offset {
+					return false
+				}
+				if c.next.CompareAndSwap(cur, r.Offset+1) {
+					return true // in a cell replaced meanwhile, it is below the new one: harmless
+				}
+			}
+		}
+		n := &doneCell{epoch: epoch}
+		n.next.Store(r.Offset + 1)
+		if ps.done.CompareAndSwap(c, n) {
+			return true
+		}
 	}
-	ps.done = p
-	return true
 }
 
 // moved returns ps's position if it moved since the last call: the tracker's watermark (Tracked)
@@ -79,9 +100,8 @@ func (ps *partState) moved() (kgo.EpochOffset, bool) {
 		w, ok := ps.trk.Moved()
 		return kgo.EpochOffset{Epoch: w.Epoch, Offset: w.Offset}, ok
 	}
-	ps.doneMu.Lock()
-	done := ps.done
-	ps.doneMu.Unlock()
+	c := ps.done.Load()
+	done := kgo.EpochOffset{Epoch: c.epoch, Offset: c.next.Load()}
 	if !ps.marked.Less(done) {
 		return kgo.EpochOffset{}, false
 	}

@@ -15,7 +15,8 @@ import (
 // 10 never existed in epoch 6, and the next owner's leader-epoch check (KIP-320) would not see
 // the divergence that {5, 10} shows it (helper-55).
 func TestAutoDonePositionFollowsARewind(t *testing.T) {
-	ps := &partState{done: kgo.EpochOffset{Epoch: -1}, marked: kgo.EpochOffset{Epoch: -1}}
+	ps := &partState{marked: kgo.EpochOffset{Epoch: -1}}
+	ps.done.Store(&doneCell{epoch: -1})
 	rec := func(epoch int32, offset int64) *kgo.Record {
 		return &kgo.Record{LeaderEpoch: epoch, Offset: offset}
 	}
@@ -41,9 +42,10 @@ func TestAutoDonePositionFollowsARewind(t *testing.T) {
 }
 
 // Records of a partition that lanes finish out of order and at once (ByKey, Unordered) leave the
-// highest position, with its own epoch.
+// highest position, with its own epoch, a new leader's records racing the old one's.
 func TestAutoDonePositionUnderConcurrentLanes(t *testing.T) {
-	ps := &partState{done: kgo.EpochOffset{Epoch: -1}, marked: kgo.EpochOffset{Epoch: -1}}
+	ps := &partState{marked: kgo.EpochOffset{Epoch: -1}}
+	ps.done.Store(&doneCell{epoch: -1})
 	var wg sync.WaitGroup
 	for lane := range int64(8) {
 		wg.Go(func() {

@@ -189,7 +189,7 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 // markDone marks, under Auto, a record that is done and follows only done records of its take,
 // for franz-go's autocommit (DESIGN §3.2, as docs/commit-modes.md words it: a record is marked
 // once its handler has returned). It raises the partition's done position (partState.markDone:
-// a leader epoch and offset pair, under the partition's own lock) and wakes the committer, which hands the moved positions to
+// a compare-and-swap, no lock) and wakes the committer, which hands the moved positions to
 // franz-go in one MarkCommitOffsets (at most every 10 ms; at once on a revoke or shutdown,
 // finalMarks). A partition whose final marks were made (revoked) or that was lost is sealed: the
 // committer marks nothing more for it, since another member may own it (DESIGN §3.7).
