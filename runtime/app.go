@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -107,7 +108,8 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // creates one client per subscription, and returns once every group subscription has joined its
 // group and received its first assignment (possibly empty), manual subscriptions have read their
 // committed offsets, and pattern subscriptions have loaded metadata. ctx bounds start-up only (60s
-// when it has no deadline); on failure everything started is stopped. Start returns ErrStarted when
+// when it has no deadline): a cluster that cannot be reached yet is tried again until then (each
+// failure logged at Warn), and on failure everything started is stopped. Start returns ErrStarted when
 // called twice, and ErrClosed on an App that Shutdown stopped before it started (DESIGN §3.10). A
 // producer opened by a Publish before a Start that fails validation is closed (bounded by
 // FlushTimeout); what it did not flush joins the configuration errors (ErrUnflushed). A Shutdown
@@ -361,7 +363,7 @@ func (a *App) checkTopics(ctx context.Context) error {
 	for i, u := range uses {
 		names[i] = u.topic
 	}
-	details, err := kadm.NewClient(a.consumers[0].cl).ListTopics(ctx, names...) // not closed: it would close the consumer's client
+	details, err := a.listTopics(ctx, names)
 	if err != nil {
 		return fmt.Errorf("tidemark: start: look up the topics the subscriptions use: %w", err)
 	}
@@ -385,6 +387,29 @@ func (a *App) checkTopics(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// listTopics reads the metadata of the named topics. While the cluster cannot be reached (a
+// network error: a service and its cluster often start together) it tries again, after 100 ms
+// doubling to 2 s, each failure logged at Warn, until ctx ends (Start's bound): then it returns
+// ctx's cause joined with the last failure.
+func (a *App) listTopics(ctx context.Context, names []string) (kadm.TopicDetails, error) {
+	adm := kadm.NewClient(a.consumers[0].cl) // not closed: it would close the consumer's client
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		details, err := adm.ListTopics(ctx, names...)
+		var netErr net.Error
+		if err == nil || !errors.As(err, &netErr) || ctx.Err() != nil {
+			return details, err
+		}
+		a.log.Warn("tidemark: start: the cluster cannot be reached; trying again", "err", err, "after", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(context.Cause(ctx), err)
+		}
+	}
 }
 
 // register records a Handle or HandleBatch call. Registering after Start is a programming error: it

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	goruntime "runtime"
 	"strings"
 	"sync/atomic"
@@ -551,4 +553,55 @@ func TestStartRejectsAPatternThatReadsItsDeadLetterTopic(t *testing.T) {
 		runtime.DeadLetter("ev.dlq"), runtime.RetryToSource())
 	require.NoError(t, app.Start(ctx))
 	require.NoError(t, app.Shutdown(ctx))
+}
+
+// Start waits, within its bound, for a cluster that cannot be reached yet (a service and its
+// cluster started together): it looks the topics up again, logging each failure at Warn, and
+// returns once the group has joined. With no cluster at all it returns at its bound, with ctx's
+// error and the last network error. It used to fail at once on "connection refused" (helper-54).
+func TestStartWaitsForAClusterThatIsNotUpYet(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+
+	var out lockedBuffer
+	app := runtime.New(runtime.Brokers(fmt.Sprintf("127.0.0.1:%d", port)), runtime.ClientOpts(kfaketest.FastOpts()...),
+		runtime.Logger(slog.New(slog.NewTextHandler(&out, nil))))
+	var handled atomic.Int64
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { handled.Add(1); return nil }))
+	started := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		started <- app.Start(ctx)
+	}()
+	eventually(t, func() bool { return strings.Contains(out.String(), "the cluster cannot be reached; trying again") },
+		"no failed look-up logged:\n%s", out.String())
+	c := kfaketest.New(t, kfaketest.KfakeOpts(kfake.Ports(port)), kfaketest.Topic("in", 1))
+	select {
+	case err := <-started:
+		require.NoError(t, err)
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("Start did not return once the cluster was up")
+	}
+	t.Cleanup(func() { stop(t, app) })
+	c.ProduceValues(t, "in", 0, "a", "b")
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+	require.Equal(t, int64(2), handled.Load())
+
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	none := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	lone := runtime.New(runtime.Brokers(none), runtime.Logger(testLogger()))
+	runtime.Handle(lone, runtime.Topic("in").Group("g"), ack)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = lone.Start(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "connection refused")
+	st, _ := lone.State()
+	require.Equal(t, runtime.StateFailed, st)
 }
