@@ -17,8 +17,10 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 
+# A static build, and a 32-bit one (int is 32 bits there).
 static:
 	CGO_ENABLED=0 $(GO) build $(PKGS)
+	CGO_ENABLED=0 GOARCH=386 $(GO) build $(PKGS)
 
 lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)

@@ -48,7 +48,7 @@ func ringSize(capacity int) int {
 	if capacity < 1 {
 		panic("tracker: capacity must be at least 1, got " + strconv.Itoa(capacity))
 	}
-	if capacity >= 1<<40 {
+	if uint64(capacity) >= 1<<40 {
 		panic("tracker: capacity too large: " + strconv.Itoa(capacity))
 	}
 	return 1 << bits.Len(uint(capacity))
