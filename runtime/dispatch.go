@@ -551,7 +551,7 @@ func (d *dispatcher) popReadyLocked() *unit {
 // them were not handled: they go back to the head of their unit in order (behind a parked one),
 // or are dropped, uncommitted, if they may no longer run (see runnable).
 // Then it takes the lane's next records under the same lock (take's result, at most next, in
-// items' array), so a lane with work waiting never parks.
+// items' array), so a lane with work waiting never parks; none for next 0 (a lane that ends).
 func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool) {
 	if d.ordering == Unordered { // a lock per record, for thousands of lanes maybe
 		d.lockYielding()
@@ -594,12 +594,12 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 	d.flowAllLocked()
 	d.notifyLocked()
 	var grabbed []*item
-	if !d.stopped {
+	if !d.stopped && next > 0 {
 		grabbed = d.grabLocked(items, next)
 	}
 	d.wakeLanesLocked(ready) // for what this lane did not take
-	if len(grabbed) > 0 {
-		return grabbed, true
+	if len(grabbed) > 0 || next == 0 {
+		return grabbed, len(grabbed) > 0
 	}
 	return d.takeLocked(items[:0], next)
 }

@@ -24,6 +24,12 @@ var (
 	// ErrStarted is returned by Start on an App that was already started (an App starts once).
 	ErrStarted = errors.New("tidemark: app already started")
 
+	// ErrHandlerExited is the Value of the *PanicError that fails the App when a handler or batch
+	// handler called runtime.Goexit instead of returning (testing.T.FailNow in a handler, say).
+	// That ends its lane's goroutine, which nothing can stop: the records in the handler are held,
+	// never committed, and the App shuts down as under PanicFail, whatever OnPanic says.
+	ErrHandlerExited = errors.New("tidemark: the handler called runtime.Goexit instead of returning")
+
 	// ErrTrackerFull is a fatal internal error: a partition held more records than its tracker
 	// ring covers (MaxInFlightPerPartition + MaxPollRecords + 1). It means pausing failed.
 	ErrTrackerFull = errors.New("tidemark: partition tracker full")

@@ -29,6 +29,12 @@ func (c *consumer) lane() {
 	}
 	var dl Delivery // the handler's argument, valid for one call: reused
 	items, ok := c.d.take(make([]*item, 0, n), n)
+	exited := true // until the loop ends: a handler that called runtime.Goexit ends it
+	defer func() {
+		if exited {
+			c.laneExited(items)
+		}
+	}()
 	for ok {
 		handled := len(items)
 		if c.bh != nil {
@@ -40,6 +46,38 @@ func (c *consumer) lane() {
 		}
 		items, ok = c.d.finishTake(items, handled, n)
 	}
+	exited = false
+}
+
+// laneExited finishes the take of a lane whose goroutine runtime.Goexit is ending: what ran before
+// the records in the handler (which handlerExited held) stays settled, what was not handled goes
+// back to its unit, and the App fails (ErrHandlerExited). No lane replaces this one: the App is
+// shutting down.
+func (c *consumer) laneExited(items []*item) {
+	handled := len(items) // a batch: all of it was in the handler, or settled before it
+	if c.bh == nil {
+		handled = slices.IndexFunc(items, func(it *item) bool { return it.act == actHold }) + 1
+	}
+	c.d.finishTake(items, handled, 0)
+	c.app.fail(fmt.Errorf("tidemark: a lane ended in runtime.Goexit: %w", ErrHandlerExited)) // if handlerExited did not (an Observer called it)
+}
+
+// handlerExited holds the records whose handler called runtime.Goexit: as under PanicFail,
+// whatever OnPanic says (the lane that would run them again is ending), they are never committed
+// and the App fails with a *PanicError whose Value is ErrHandlerExited. laneExited, deferred by
+// the lane, finishes its take.
+func (c *consumer) handlerExited(items []*item) {
+	r := items[0].rec
+	perr := &PanicError{Value: ErrHandlerExited, Stack: debugStack(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	for _, it := range items {
+		attempt, _ := c.attempt(it)
+		c.log.Error("tidemark: handler called runtime.Goexit instead of returning", c.recAttrs(it, attempt, "stack", string(perr.Stack))...)
+		c.abortWindow(it.win, perr)
+		c.settled(&SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.rec.Offset,
+			Generation: it.ps.gen, Attempt: attempt, Outcome: OutcomePanic, Err: perr})
+		it.act = actHold
+	}
+	c.app.fail(perr)
 }
 
 // handleTake handles a take's records one after another, in order, marks each (Auto) once its
@@ -168,11 +206,14 @@ func (c *consumer) settled(ev *SettledEvent) {
 	}
 }
 
-// invoke calls the handler, recovering a panic into a *PanicError.
+// invoke calls the handler, recovering a panic into a *PanicError (a runtime.Goexit: handlerExited).
 func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *PanicError, err error) {
+	returned := false
 	defer func() {
 		if v := recover(); v != nil {
 			perr = &PanicError{Value: v, Stack: debugStack(), Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
+		} else if !returned {
+			c.handlerExited([]*item{it})
 		}
 	}()
 	if topic := c.cfg.replyTopic; topic != "" {
@@ -183,7 +224,9 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 	if it.win != nil { // publishes made with this ctx, and their failures, are counted in d.pubs
 		ctx = withPublishes(ctx, &d.pubs)
 	}
-	return nil, c.h.HandleDelivery(ctx, d)
+	err = c.h.HandleDelivery(ctx, d)
+	returned = true
+	return nil, err
 }
 
 // markDone marks, under Auto, a record that is done and follows only done records of its take,

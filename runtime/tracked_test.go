@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,6 +184,66 @@ func TestPanicPolicies(t *testing.T) {
 			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3})
 			stop(t, app)
 			require.Equal(t, tc.want, s.values())
+		})
+	}
+}
+
+// A handler that calls runtime.Goexit instead of returning (t.FailNow in a handler, say) ends its
+// lane's goroutine: the App fails as under PanicFail, whatever OnPanic says, with a *PanicError
+// whose Value is ErrHandlerExited, and nothing from that record on is committed. It used to stall
+// the partition with no log line, no event and no error: Run waited for its ctx (helper-54).
+func TestHandlerThatCallsGoexitFailsTheApp(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mode   runtime.CommitMode
+		policy runtime.PanicPolicy
+		batch  bool
+	}{
+		{"Tracked", runtime.Tracked, runtime.PanicFail, false},
+		{"Tracked, PanicDrop", runtime.Tracked, runtime.PanicDrop, false},
+		{"Auto, PanicRetry", runtime.Auto, runtime.PanicRetry, false},
+		{"Tracked, a batch", runtime.Tracked, runtime.PanicFail, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			c.ProduceValues(t, "in", 0, numbered(10)...)
+			obs := &observer{}
+			app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+			sub := runtime.Topic("in").Group("g").Commit(tc.mode)
+			var exitedAt atomic.Int64 // the first offset in the handler that exited
+			exitedAt.Store(-1)
+			if tc.batch {
+				runtime.HandleBatch(app, sub, 4, runtime.BatchHandlerFunc(func(_ context.Context, ds []*runtime.Delivery) []error {
+					if ds[len(ds)-1].Record().Offset >= 5 {
+						exitedAt.Store(ds[0].Record().Offset)
+						goruntime.Goexit()
+					}
+					return make([]error, len(ds))
+				}), runtime.OnPanic(tc.policy))
+			} else {
+				runtime.Handle(app, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+					if d.Record().Offset == 5 {
+						exitedAt.Store(5)
+						goruntime.Goexit()
+					}
+					return nil
+				}), runtime.OnPanic(tc.policy))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := app.Run(ctx)
+			require.ErrorIs(t, err, runtime.ErrHandlerExited)
+			var perr *runtime.PanicError
+			require.ErrorAs(t, err, &perr)
+			at := exitedAt.Load()
+			require.Equal(t, at, perr.Offset)
+			require.Equal(t, map[int32]int64{0: at}, c.Committed(t, "g", "in"))
+			state, _ := app.State()
+			require.Equal(t, runtime.StateFailed, state)
+			panics := obs.outcomes(runtime.OutcomePanic)
+			require.NotEmpty(t, panics)
+			require.Equal(t, at, panics[0].Offset)
+			require.ErrorIs(t, panics[0].Err, runtime.ErrHandlerExited)
 		})
 	}
 }
