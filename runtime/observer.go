@@ -35,7 +35,7 @@ const (
 	OutcomeRetry                            // to be handled again: in place, in a re-read window, or by the next owner (a cancelled handler)
 	OutcomeRetryRefused                     // a retry asked for under Auto: ErrRetryUnsupported
 	OutcomeDecodeFailure                    // dropped: the value did not decode (ErrDecode)
-	OutcomePanic                            // a panic under PanicFail: left uncommitted, the App fails
+	OutcomePanic                            // a panic under PanicFail, or runtime.Goexit: left uncommitted, the App fails
 	OutcomeControl                          // a transaction marker settled by the runtime itself
 	OutcomeRetryCopy                        // a retry copy was acknowledged; the original settled
 	OutcomeDeadLetter                       // a dead-letter record was acknowledged; the original settled
