@@ -27,9 +27,11 @@ import (
 // Three diagnostics come with them: how many records each client's fetches decoded per record of
 // the input (a kgo hook, called once per batch; above 1 means records were fetched again), the
 // tail of each round (logged: from the last batch the client read to the last record counted,
-// what handling the last fetch adds after it arrived), and a fourth contender, Tracked with
-// MaxInFlightPerPartition(16384), which shows what the default bound costs (see
-// docs/performance.md). No Observer is set: the runtime runs as by default.
+// what handling the last fetch adds after it arrived), and two more contenders: Tracked with
+// MaxInFlightPerPartition(16384), which shows what the default bound costs, and a bare hand-off,
+// the raw poll loop handing each poll to one goroutine that reads each record's offset and
+// counts it: the least any runtime that handles records beside its poll loop does, no Tidemark
+// in it (see docs/performance.md). No Observer is set: the runtime runs as by default.
 //
 // Beside the rates, each contender's CPU per record (cpu-ns/rec, the median over the rounds): the
 // process's CPU time (user + system, getrusage) from the contender's start to its shutdown,
@@ -57,7 +59,10 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 	cs := []*contender{
 		{name: "raw", run: func(fc *fetchCounter, clk *clock) time.Duration {
-			return runRaw(b, e2eInput.topic, newGroup("raw"), hw, clk, kgo.WithHooks(fc))
+			return runRaw(b, e2eInput.topic, newGroup("raw"), hw, clk, false, kgo.WithHooks(fc))
+		}},
+		{name: "handoff", run: func(fc *fetchCounter, clk *clock) time.Duration {
+			return runRaw(b, e2eInput.topic, newGroup("handoff"), hw, clk, true, kgo.WithHooks(fc))
 		}},
 		{name: "auto", run: tidemark("auto", runtime.Auto)},
 		{name: "tracked", run: tidemark("tracked", runtime.Tracked)},

@@ -237,8 +237,10 @@ func runApp(tb testing.TB, a app, hw map[int32]int64) time.Duration {
 
 // runRaw consumes the input with a plain franz-go poll loop with autocommit, as a service without
 // Tidemark would, and returns the time from the client's creation until its group has committed
-// the whole input. clk, unless nil, ticks for every record polled.
-func runRaw(tb testing.TB, topic, group string, hw map[int32]int64, clk *clock, opts ...kgo.Opt) time.Duration {
+// the whole input. clk, unless nil, ticks for every record polled. With handOff, the poll loop
+// hands each poll to one other goroutine (a channel of one poll) that reads each record's offset
+// and ticks: the least a runtime that handles records apart from its poll loop does.
+func runRaw(tb testing.TB, topic, group string, hw map[int32]int64, clk *clock, handOff bool, opts ...kgo.Opt) time.Duration {
 	tb.Helper()
 	c := cluster(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -255,14 +257,45 @@ func runRaw(tb testing.TB, topic, group string, hw map[int32]int64, clk *clock, 
 		tb.Fatalf("raw client: %v", err)
 	}
 	pollCtx, stopPoll := context.WithCancel(ctx)
-	var n atomic.Int64
-	polled := make(chan struct{})
+	var n, offsets atomic.Int64
+	polled, handled := make(chan struct{}), make(chan struct{})
+	var polls chan kgo.Fetches
+	if handOff {
+		polls = make(chan kgo.Fetches, 1)
+		go func() {
+			defer close(handled)
+			for fs := range polls {
+				var sum int64
+				fs.EachRecord(func(r *kgo.Record) {
+					sum += r.Offset
+					n.Add(1)
+					if clk != nil {
+						clk.tick()
+					}
+				})
+				offsets.Add(sum)
+			}
+		}()
+	} else {
+		close(handled)
+	}
 	go func() {
 		defer close(polled)
+		if polls != nil {
+			defer close(polls)
+		}
 		for {
 			fs := cl.PollFetches(pollCtx)
 			if fs.IsClientClosed() || pollCtx.Err() != nil {
 				return
+			}
+			if polls != nil {
+				select {
+				case polls <- fs:
+				case <-pollCtx.Done():
+					return
+				}
+				continue
 			}
 			fs.EachRecord(func(*kgo.Record) {
 				n.Add(1)
@@ -277,6 +310,7 @@ func runRaw(tb testing.TB, topic, group string, hw map[int32]int64, clk *clock, 
 	stopProfile()
 	stopPoll()
 	<-polled
+	<-handled
 	cl.Close()
 	if err != nil {
 		tb.Fatalf("raw: %v (polled %d)", err, n.Load())

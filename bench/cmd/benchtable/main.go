@@ -203,11 +203,25 @@ func render(w io.Writer, r results) {
 		}
 		auto, _ := r.get(e2e, "auto-rec/s")
 		tracked, _ := r.get(e2e, "tracked-rec/s")
+		// The bare hand-off (the raw loop handing its polls to one goroutine), when it ran: what
+		// this machine allows any runtime that handles records beside its poll loop, as the bare
+		// pool is for the I/O-bound cases.
+		handOff, hasHandOff := r.get(e2e, "handoff-rec/s")
+		ofHandOff := func(got, least float64) string {
+			if !hasHandOff {
+				return ratio(got/raw, least)
+			}
+			return fmt.Sprintf("%s (%.2f of the bare hand-off)", ratio(got/raw, least), got/handOff)
+		}
 		rows = append(rows,
 			row{"2 end to end", "raw franz-go poll loop, autocommit", rate(raw) + " (" + detail("raw") + ")", "", "1", "", ""},
-			row{"2 end to end", "Tidemark Auto, counting handler", rate(auto) + " (" + detail("auto") + ")", "raw", ratio(auto/raw, 0.95), "≥ 0.95", verdict(auto/raw, 0.95)},
-			row{"2 end to end", "Tidemark Tracked, counting handler", rate(tracked) + " (" + detail("tracked") + ")", "raw", ratio(tracked/raw, 0.9), "≥ 0.9", verdict(tracked/raw, 0.9)},
+			row{"2 end to end", "Tidemark Auto, counting handler", rate(auto) + " (" + detail("auto") + ")", "raw", ofHandOff(auto, 0.95), "≥ 0.95", verdict(auto/raw, 0.95)},
+			row{"2 end to end", "Tidemark Tracked, counting handler", rate(tracked) + " (" + detail("tracked") + ")", "raw", ofHandOff(tracked, 0.9), "≥ 0.9", verdict(tracked/raw, 0.9)},
 		)
+		if hasHandOff {
+			rows = append(rows, row{"2 end to end", "diagnostic: bare hand-off, the raw loop handing each poll to one goroutine that reads and counts its records",
+				rate(handOff) + " (" + detail("handoff") + ")", "raw", fmt.Sprintf("%.2f", handOff/raw), "", ""})
+		}
 		if t16, ok := r.get(e2e, "tracked-16k-rec/s"); ok {
 			rows = append(rows, row{"2 end to end", "diagnostic: Tracked, MaxInFlightPerPartition(16384)", rate(t16) + " (" + detail("tracked-16k") + ")",
 				"raw", fmt.Sprintf("%.2f", t16/raw), "", ""})

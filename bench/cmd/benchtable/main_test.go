@@ -74,3 +74,25 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
+
+// With the bare hand-off in the run, Auto and Tracked are shown as a fraction of it too, and it
+// has a diagnostic row of its own.
+func TestHandOffRow(t *testing.T) {
+	in := strings.Replace(sample, "250000 tracked-rec/s", "250000 tracked-rec/s\t 500000 handoff-rec/s", 1)
+	res, _, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	render(&b, res)
+	out := b.String()
+	for _, want := range []string{
+		"| raw | 0.30 (0.60 of the bare hand-off) | ≥ 0.95 | **missed** |",
+		"| raw | 0.25 (0.50 of the bare hand-off) | ≥ 0.9 | **missed** |",
+		"| 2 end to end | diagnostic: bare hand-off, the raw loop handing each poll to one goroutine that reads and counts its records | 500,000 rec/s (run 0 rec/s, 0.00 of raw's; 0.00 records fetched per record) | raw | 0.50 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
