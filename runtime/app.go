@@ -108,7 +108,7 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // creates one client per subscription, and returns once every group subscription has joined its
 // group and received its first assignment (possibly empty), manual subscriptions have read their
 // committed offsets, and pattern subscriptions have loaded metadata. ctx bounds start-up only (60s
-// when it has no deadline): a cluster that cannot be reached yet is tried again until then (each
+// when it has no deadline): a cluster that cannot be dialed yet is tried again until then (each
 // failure logged at Warn), and on failure everything started is stopped. Start returns ErrStarted when
 // called twice, and ErrClosed on an App that Shutdown stopped before it started (DESIGN §3.10). A
 // producer opened by a Publish before a Start that fails validation is closed (bounded by
@@ -389,27 +389,41 @@ func (a *App) checkTopics(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// listTopics reads the metadata of the named topics. While the cluster cannot be reached (a
-// network error: a service and its cluster often start together) it tries again, after 100 ms
-// doubling to 2 s, each failure logged at Warn, until ctx ends (Start's bound): then it returns
-// ctx's cause joined with the last failure.
+// listTopics reads the metadata of the named topics. While no broker can be dialed (connection
+// refused, a name that does not resolve yet: a service and its cluster often start together) it
+// tries again, after 100 ms doubling to 2 s, each failure logged at Warn, until ctx ends (Start's
+// bound): then it returns ctx's cause joined with the last failure. Any other error (a TLS or SASL
+// failure, a broker's error) is returned at once.
 func (a *App) listTopics(ctx context.Context, names []string) (kadm.TopicDetails, error) {
 	adm := kadm.NewClient(a.consumers[0].cl) // not closed: it would close the consumer's client
+	var last error
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		details, err := adm.ListTopics(ctx, names...)
-		var netErr net.Error
-		if err == nil || !errors.As(err, &netErr) || ctx.Err() != nil {
-			return details, err
+		switch {
+		case err == nil:
+			return details, nil
+		case ctx.Err() != nil && last != nil: // err is ctx's own, most likely
+			return nil, errors.Join(context.Cause(ctx), last)
+		case ctx.Err() != nil || !dialFailed(err):
+			return nil, err
 		}
+		last = err
 		a.log.Warn("tidemark: start: the cluster cannot be reached; trying again", "err", err, "after", wait)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, errors.Join(context.Cause(ctx), err)
+			return nil, errors.Join(context.Cause(ctx), last)
 		}
 	}
+}
+
+// dialFailed reports whether err is a failure to dial a broker: no connection at all (refused,
+// unreachable, a timeout, a name that does not resolve), not one a broker's TLS answered.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // register records a Handle or HandleBatch call. Registering after Start is a programming error: it

@@ -107,7 +107,8 @@ type aligningBatchHandler interface {
 var errShortBatch = fmt.Errorf("tidemark: the batch handler returned no result for this element")
 
 // handleBatch runs one batch through the batch handler and settles every element (DESIGN §3.5).
-func (c *consumer) handleBatch(items []*item) {
+// running is set to the elements in the handler, or being settled after it (see lane).
+func (c *consumer) handleBatch(items []*item, running *[]*item) {
 	work, attempts := items[:0:0], make([]int, 0, len(items))
 	for _, it := range items {
 		attempt, spent := c.attempt(it)
@@ -135,7 +136,8 @@ func (c *consumer) handleBatch(items []*item) {
 		ctx = withPublishes(ctx, &pubs)
 	}
 	start := time.Now()
-	results, short, extra, perr := c.invokeBatch(ctx, ds, work)
+	*running = work
+	results, short, extra, perr := c.invokeBatch(ctx, ds)
 	dur := time.Since(start)
 	if perr != nil {
 		c.log.Error("tidemark: batch handler panicked", "topic", perr.Topic, "partition", perr.Partition, "offset", perr.Offset,
@@ -174,26 +176,21 @@ func (c *consumer) handleBatch(items []*item) {
 	}
 }
 
-// invokeBatch calls the batch handler with ds, the deliveries of work, recovering a panic into a
-// *PanicError naming the first element (a runtime.Goexit: handlerExited). short and extra are what
-// an aligningBatchHandler reports; 0 for others.
-func (c *consumer) invokeBatch(ctx context.Context, ds []*Delivery, work []*item) (results []error, short, extra int, perr *PanicError) {
+// invokeBatch calls the batch handler, recovering a panic into a *PanicError naming the first
+// element (a runtime.Goexit: see lane). short and extra are what an aligningBatchHandler reports;
+// 0 for others.
+func (c *consumer) invokeBatch(ctx context.Context, ds []*Delivery) (results []error, short, extra int, perr *PanicError) {
 	r := ds[0].rec // before the handler, which may change ds
-	returned := false
 	defer func() {
 		if v := recover(); v != nil {
 			perr = &PanicError{Value: v, Stack: debugStack(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
-		} else if !returned {
-			c.handlerExited(work)
 		}
 	}()
 	if a, ok := c.bh.(aligningBatchHandler); ok {
 		results, short, extra = a.handleBatchAligned(ctx, ds)
-	} else {
-		results = c.bh.HandleBatch(ctx, ds)
+		return results, short, extra, nil
 	}
-	returned = true
-	return results, short, extra, nil
+	return c.bh.HandleBatch(ctx, ds), 0, 0, nil
 }
 
 // batchContext is the ctx of a batch: its partition's handler ctx, or, for a batch spanning

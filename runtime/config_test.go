@@ -2,12 +2,20 @@ package runtime_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	goruntime "runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -604,4 +612,45 @@ func TestStartWaitsForAClusterThatIsNotUpYet(t *testing.T) {
 	require.ErrorContains(t, err, "connection refused")
 	st, _ := lone.State()
 	require.Equal(t, runtime.StateFailed, st)
+}
+
+// A broker that refuses the TLS handshake (it wants a client certificate the client does not have)
+// is a misconfiguration, not a cluster that is not up yet: Start fails at once, with nothing
+// retried. Any network error used to be tried again until Start's bound (helper-57).
+func TestStartFailsAtOnceOnARefusedTLSHandshake(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "broker"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		ClientAuth:   tls.RequireAnyClientCert,
+		MaxVersion:   tls.VersionTLS12, // the alert comes during the client's handshake
+	})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { _ = conn.(*tls.Conn).Handshake(); conn.Close() })
+		}
+	})
+
+	var out lockedBuffer
+	app := runtime.New(runtime.Brokers(ln.Addr().String()),
+		runtime.ClientOpts(kgo.DialTLSConfig(&tls.Config{InsecureSkipVerify: true})),
+		runtime.Logger(slog.New(slog.NewTextHandler(&out, nil))))
+	runtime.Handle(app, runtime.Topic("in").Group("g"), ack)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = app.Start(ctx)
+	require.ErrorContains(t, err, "tls")
+	require.NotErrorIs(t, err, context.DeadlineExceeded)
+	require.NotContains(t, out.String(), "trying again")
 }

@@ -28,44 +28,54 @@ func (c *consumer) lane() {
 		n = 1 // records of no common unit: any idle lane may take the next one
 	}
 	var dl Delivery // the handler's argument, valid for one call: reused
+	// running is the records of the take in a handler, or being settled after it: set around
+	// each call (handleTake, handleBatch), nil between them. A handler that calls runtime.Goexit
+	// ends this goroutine with it set: laneExited.
+	var running []*item
 	items, ok := c.d.take(make([]*item, 0, n), n)
-	exited := true // until the loop ends: a handler that called runtime.Goexit ends it
+	exited := true
 	defer func() {
 		if exited {
-			c.laneExited(items)
+			c.laneExited(items, running)
 		}
 	}()
 	for ok {
 		handled := len(items)
 		if c.bh != nil {
-			c.handleBatch(items)
+			c.handleBatch(items, &running)
 			c.markBatch(items)
 		} else {
-			handled = c.handleTake(items, &dl)
+			handled = c.handleTake(items, &dl, &running)
 			dl.rec, dl.reply = nil, nil // a kept record would keep its fetch buffer alive
 		}
+		running = nil // not cleared by a deferred call: it must still be set as Goexit runs them
 		items, ok = c.d.finishTake(items, handled, n)
 	}
 	exited = false
 }
 
-// laneExited finishes the take of a lane whose goroutine runtime.Goexit is ending: what ran before
-// the records in the handler (which handlerExited held) stays settled, what was not handled goes
-// back to its unit, and the App fails (ErrHandlerExited). No lane replaces this one: the App is
-// shutting down.
-func (c *consumer) laneExited(items []*item) {
+// laneExited runs as runtime.Goexit ends a lane's goroutine, which nothing can stop. If a handler
+// called it (running, the records in the handler, is set), those records are held (handlerExited),
+// what ran before them stays settled, what was not handled goes back to its unit, and the take is
+// finished. Otherwise an Observer's method called it between handlers (under the dispatcher's lock,
+// maybe, in the middle of finishing the take): the take is left as it is. Either way the App fails
+// with ErrHandlerExited; no lane replaces this one.
+func (c *consumer) laneExited(items, running []*item) {
+	if len(running) == 0 {
+		c.app.fail(fmt.Errorf("tidemark: a lane ended in runtime.Goexit outside a handler (an Observer's method?): %w", ErrHandlerExited))
+		return
+	}
+	c.handlerExited(running)
 	handled := len(items) // a batch: all of it was in the handler, or settled before it
 	if c.bh == nil {
-		handled = slices.IndexFunc(items, func(it *item) bool { return it.act == actHold }) + 1
+		handled = slices.Index(items, running[0]) + 1
 	}
 	c.d.finishTake(items, handled, 0)
-	c.app.fail(fmt.Errorf("tidemark: a lane ended in runtime.Goexit: %w", ErrHandlerExited)) // if handlerExited did not (an Observer called it)
 }
 
 // handlerExited holds the records whose handler called runtime.Goexit: as under PanicFail,
 // whatever OnPanic says (the lane that would run them again is ending), they are never committed
-// and the App fails with a *PanicError whose Value is ErrHandlerExited. laneExited, deferred by
-// the lane, finishes its take.
+// and the App fails with a *PanicError whose Value is ErrHandlerExited.
 func (c *consumer) handlerExited(items []*item) {
 	r := items[0].rec
 	perr := &PanicError{Value: ErrHandlerExited, Stack: debugStack(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
@@ -85,11 +95,13 @@ func (c *consumer) handlerExited(items []*item) {
 // again before those behind it (an in-place retry, a panic under PanicFail), and before a record
 // that may no longer run (its partition was revoked or lost, the App is stopping, its
 // Transactional window aborted).
-func (c *consumer) handleTake(items []*item, dl *Delivery) int {
+// running is set to the record in the handler, or being settled after it (see lane).
+func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int {
 	for i, it := range items {
 		if i > 0 && !c.d.runnable(it) {
 			return i
 		}
+		*running = items[i : i+1]
 		c.handle(it, dl)
 		if it.act != actDone {
 			return i + 1
@@ -206,14 +218,11 @@ func (c *consumer) settled(ev *SettledEvent) {
 	}
 }
 
-// invoke calls the handler, recovering a panic into a *PanicError (a runtime.Goexit: handlerExited).
+// invoke calls the handler, recovering a panic into a *PanicError (a runtime.Goexit: see lane).
 func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *PanicError, err error) {
-	returned := false
 	defer func() {
 		if v := recover(); v != nil {
 			perr = &PanicError{Value: v, Stack: debugStack(), Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
-		} else if !returned {
-			c.handlerExited([]*item{it})
 		}
 	}()
 	if topic := c.cfg.replyTopic; topic != "" {
@@ -224,9 +233,7 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 	if it.win != nil { // publishes made with this ctx, and their failures, are counted in d.pubs
 		ctx = withPublishes(ctx, &d.pubs)
 	}
-	err = c.h.HandleDelivery(ctx, d)
-	returned = true
-	return nil, err
+	return nil, c.h.HandleDelivery(ctx, d)
 }
 
 // markDone marks, under Auto, a record that is done and follows only done records of its take,

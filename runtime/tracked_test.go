@@ -1,10 +1,13 @@
 package runtime_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	goruntime "runtime"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -246,6 +249,76 @@ func TestHandlerThatCallsGoexitFailsTheApp(t *testing.T) {
 			require.ErrorIs(t, panics[0].Err, runtime.ErrHandlerExited)
 		})
 	}
+}
+
+// A Goexit whose deferred clean-up panics while the goroutine exits (t.FailNow, then a clean-up
+// that fails): the handler's recover takes the panic and Goexit goes on. The records the take had
+// settled stay settled, handled once; the App fails all the same. The lane used to infer the
+// record in the handler from its state, found none, and put the whole take back: offsets 0..5
+// were handled twice (helper-57).
+func TestHandlerGoexitWhoseCleanUpPanics(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, numbered(10)...)
+	var s seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			s.add(string(d.Record().Value), d.Attempt())
+			if d.Record().Offset == 5 {
+				defer func() { panic("clean-up failed") }()
+				goruntime.Goexit()
+			}
+			return nil
+		}), runtime.Workers(2))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.ErrorIs(t, app.Run(ctx), runtime.ErrHandlerExited)
+	require.Equal(t, numbered(6), s.values())
+	require.Equal(t, map[int32]int64{0: 5}, c.Committed(t, "g", "in"))
+}
+
+// goexitObserver calls runtime.Goexit in Paused the first time a lane reports a resume: between
+// handlers, under the dispatcher's lock, in the middle of finishing a take.
+type goexitObserver struct {
+	observer
+	lanes sync.Map // ids of the goroutines that ran the handler
+	done  atomic.Bool
+}
+
+func (o *goexitObserver) Paused(e runtime.PausedEvent) {
+	o.observer.Paused(e)
+	if _, lane := o.lanes.Load(goid()); lane && !e.Paused && o.done.CompareAndSwap(false, true) {
+		goruntime.Goexit()
+	}
+}
+
+// goid is the calling goroutine's id, from its stack's first line.
+func goid() uint64 {
+	b := make([]byte, 64)
+	b = b[:goruntime.Stack(b, false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	n, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return n
+}
+
+// An Observer that calls runtime.Goexit on a lane between handlers fails the App with
+// ErrHandlerExited. The lane used to finish its take a second time as it exited: counters
+// decremented twice and a nil dereference on a recycled item that killed the process (helper-57).
+func TestObserverThatCallsGoexitOnALaneFailsTheApp(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, numbered(40)...)
+	obs := &goexitObserver{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs), runtime.ShutdownTimeout(time.Second))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error {
+			obs.lanes.Store(goid(), true)
+			return nil
+		}), runtime.MaxInFlightPerPartition(4))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := app.Run(ctx)
+	require.True(t, obs.done.Load(), "no lane reported a resume")
+	require.ErrorIs(t, err, runtime.ErrHandlerExited)
 }
 
 type payout struct {
