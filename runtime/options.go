@@ -70,8 +70,9 @@ func Logger(l *slog.Logger) Option {
 }
 
 // Observe sets the Observer that receives the runtime's events (metrics adapters), overriding the
-// no-op default. Its methods are called from the runtime's goroutines and must not block nor panic
-// (a panic there is not recovered). A nil o fails Start with a *ConfigError naming Observe.
+// no-op default. Its methods are called from the runtime's goroutines and must not block, panic (a
+// panic there is not recovered) or call runtime.Goexit. A nil o fails Start with a *ConfigError
+// naming Observe.
 func Observe(o Observer) Option {
 	return appOption(func(c *appConfig) { c.observer = o })
 }
