@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	goruntime "runtime"
 	"slices"
@@ -142,6 +143,17 @@ func ratio(r, least float64) string {
 	return fmt.Sprintf("%.3f", r)
 }
 
+// overRaw words a difference from raw's value: "+49 over raw's", "14 under raw's".
+func overRaw(d float64) string {
+	switch d = math.Round(d); {
+	case d < 0:
+		return fmt.Sprintf("%.0f under raw's", -d)
+	case d == 0:
+		return "+0 over raw's" // not "-0"
+	}
+	return fmt.Sprintf("%+.0f over raw's", d)
+}
+
 // verdict says whether ratio meets the goal (ratio ≥ least).
 func verdict(ratio, least float64) string {
 	if ratio >= least {
@@ -190,13 +202,13 @@ func render(w io.Writer, r results) {
 			if cpu, ok := r.get(e2e, c+"-cpu-ns/rec"); ok {
 				s += fmt.Sprintf("; %s ns of CPU per record", count(cpu))
 				if rawCPU, ok := r.get(e2e, "raw-cpu-ns/rec"); ok && c != "raw" {
-					s += fmt.Sprintf(", %+.0f over raw's", cpu-rawCPU)
+					s += ", " + overRaw(cpu-rawCPU)
 				}
 			}
 			if alloc, ok := r.get(e2e, c+"-alloc-B/rec"); ok {
 				s += fmt.Sprintf("; %s bytes allocated per record", count(alloc))
 				if rawAlloc, ok := r.get(e2e, "raw-alloc-B/rec"); ok && c != "raw" {
-					s += fmt.Sprintf(", %+.0f over raw's", alloc-rawAlloc)
+					s += ", " + overRaw(alloc-rawAlloc)
 				}
 			}
 			return s

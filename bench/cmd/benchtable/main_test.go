@@ -96,3 +96,11 @@ func TestHandOffRow(t *testing.T) {
 		}
 	}
 }
+
+func TestOverRaw(t *testing.T) {
+	for in, want := range map[float64]string{49.4: "+49 over raw's", 0: "+0 over raw's", -0.3: "+0 over raw's", -14: "14 under raw's"} {
+		if got := overRaw(in); got != want {
+			t.Errorf("overRaw(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
