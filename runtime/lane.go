@@ -116,8 +116,8 @@ func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int
 // one).
 func (c *consumer) handle(it *item, d *Delivery) {
 	ps := it.ps
-	ev := SettledEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, Offset: it.rec.Offset, Generation: ps.gen}
 	if it.control || it.foreign {
+		ev := c.event(it, 0)
 		ev.Outcome = OutcomeControl
 		if it.foreign {
 			ev.Outcome = OutcomeForeignCopy
@@ -125,17 +125,16 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		c.settle(it, &ev)
 		return
 	}
-	var spent error
-	ev.Attempt, spent = c.attempt(it)
+	attempt, spent := c.attempt(it)
 	if spent != nil { // spent in an aborted window: settled without the handler (DESIGN §3.4)
-		ev.Attempt-- // as its last delivery, the one that spent it: counted among the failed already
+		ev := c.event(it, attempt-1) // as its last delivery, the one that spent it: counted among the failed already
 		c.resolve(it, &ev, kindRetry, spent, 0)
 		return
 	}
 	if d == nil {
 		d = new(Delivery)
 	}
-	d.rec, d.group, d.generation, d.attempt, d.reply = it.rec, c.group, ps.gen, ev.Attempt, nil
+	d.rec, d.group, d.generation, d.attempt, d.reply = it.rec, c.group, ps.gen, attempt, nil
 	if it.win != nil { // only a Transactional window's publishes are counted
 		d.pubs.reset()
 	}
@@ -144,6 +143,11 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		start = time.Now()
 	}
 	perr, err := c.invoke(c.ctxOf(it), it, d)
+	if perr == nil && err == nil && it.win == nil && !c.observed {
+		c.complete(it) // acked, with no event to build: most records
+		return
+	}
+	ev := c.event(it, attempt)
 	if c.observed {
 		ev.Duration = time.Since(start)
 	}
@@ -165,6 +169,12 @@ func (c *consumer) handle(it *item, d *Delivery) {
 	}
 	d.pubs.returned(it.win)
 	c.conclude(it, &ev, err, c.ctxOf(it), &d.pubs)
+}
+
+// event returns the SettledEvent of it's delivery attempt, its outcome still to set.
+func (c *consumer) event(it *item, attempt int) SettledEvent {
+	return SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.rec.Offset,
+		Generation: it.ps.gen, Attempt: attempt}
 }
 
 // attempt returns the number of it's delivery about to run (DESIGN §3.3, §3.4): its retry count
@@ -202,12 +212,17 @@ func (c *consumer) conclude(it *item, ev *SettledEvent, err error, ctx context.C
 	}
 }
 
-// settle completes a record that is done: its offset may now be committed.
+// settle completes a record that is done (complete) and reports ev.
 func (c *consumer) settle(it *item, ev *SettledEvent) {
+	c.complete(it)
+	c.settled(ev)
+}
+
+// complete completes a record that is done: its offset may now be committed.
+func (c *consumer) complete(it *item) {
 	if it.ps.trk != nil && it.ps.trk.Complete(it.slot) == tracker.Completed {
 		c.kick()
 	}
-	c.settled(ev)
 	it.act = actDone
 }
 
