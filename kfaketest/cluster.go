@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -208,7 +211,7 @@ func ConnectContext(ctx context.Context, brokers []string, opts ...Option) (*Clu
 		return nil, fmt.Errorf("helper client: %w", err)
 	}
 	c.cl, c.adm = cl, kadm.NewClient(cl)
-	if _, err := c.adm.ListBrokers(ctx); err != nil {
+	if err := c.reach(ctx); err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("reach the brokers: %w", err)
 	}
@@ -219,6 +222,23 @@ func ConnectContext(ctx context.Context, brokers []string, opts ...Option) (*Clu
 		}
 	}
 	return c, nil
+}
+
+// reach asks the brokers for their list, again every 100 ms while none can be dialed (brokers
+// starting beside the tests), until ctx ends: then ctx's error, with the last dial error.
+func (c *Cluster) reach(ctx context.Context) error {
+	for {
+		_, err := c.adm.ListBrokers(ctx)
+		var op *net.OpError
+		if err == nil || !errors.As(err, &op) || op.Op != "dial" || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Connected reports whether the Cluster wraps brokers it did not start (Connect): the kfake-only
@@ -233,7 +253,7 @@ func (c *Cluster) Name(name string) string { return c.prefix + name }
 // kfakeOnly panics with ErrKfakeOnly, naming what, if the Cluster is connected.
 func (c *Cluster) kfakeOnly(what string) {
 	if c.k == nil {
-		panic(fmt.Sprintf("kfaketest: %s: %v", what, ErrKfakeOnly))
+		panic(fmt.Errorf("kfaketest: %s: %w", what, ErrKfakeOnly))
 	}
 }
 
@@ -326,8 +346,10 @@ func FastOpts() []kgo.Opt {
 // test if it cannot (for instance because it exists).
 func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) {
 	t.Helper()
-	if err := c.CreateTopicContext(t.Context(), name, partitions); err != nil {
-		t.Fatalf("kfaketest: %v", err)
+	ctx, cancel := opCtx(t)
+	defer cancel()
+	if err := c.CreateTopicContext(ctx, name, partitions); err != nil {
+		t.Fatalf("kfaketest: CreateTopic: %v", err)
 	}
 }
 
@@ -337,7 +359,7 @@ func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) {
 // partition has a leader, and Close deletes it. The name is used as given (Name adds the
 // prefix). It returns kerr.TopicAlreadyExists if the topic exists, or ctx's error.
 func (c *Cluster) CreateTopicContext(ctx context.Context, name string, partitions int32) error {
-	if err := ctx.Err(); err != nil {
+	if err := c.usable(ctx); err != nil {
 		return err
 	}
 	return c.createTopic(ctx, name, partitions)
@@ -346,6 +368,11 @@ func (c *Cluster) CreateTopicContext(ctx context.Context, name string, partition
 func (c *Cluster) createTopic(ctx context.Context, name string, partitions int32) error {
 	if partitions < 1 {
 		return fmt.Errorf("create topic %q: need at least 1 partition, got %d", name, partitions)
+	}
+	if !legalTopic.MatchString(name) || name == "." || name == ".." {
+		// What Kafka refuses (kfake would take it): 1 to 249 of [a-zA-Z0-9._-].
+		return fmt.Errorf("create topic %q: %w: a name is 1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-', not . or ..",
+			name, kerr.InvalidTopicException)
 	}
 	if c.k != nil {
 		if err := c.k.CreateTopic(name, partitions, nil); err != nil {
@@ -376,7 +403,28 @@ func (c *Cluster) createTopic(ctx context.Context, name string, partitions int32
 	}
 }
 
-// opCtx bounds one test-form helper call by WaitTimeout.
-func opCtx(t testing.TB) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(t.Context(), WaitTimeout)
+// legalTopic matches the topic names Kafka accepts, "." and ".." aside.
+var legalTopic = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+// opCtx bounds one test-form helper call by WaitTimeout. Not by t.Context(): the testing package
+// cancels that before the test's cleanups run, and a helper called from a cleanup must work.
+func opCtx(testing.TB) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), WaitTimeout)
+}
+
+// ErrClosed is returned (wrapped) by the helpers of a Cluster that was closed.
+var ErrClosed = errors.New("kfaketest: the cluster is closed")
+
+// usable returns ctx's error, or ErrClosed once the Cluster is closed: a closed kfake cluster
+// answers no request (its admin calls would block for good).
+func (c *Cluster) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
 }

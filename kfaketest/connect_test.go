@@ -60,7 +60,7 @@ func TestConnectWrapsBrokersItDidNotStart(t *testing.T) {
 		"FailCommit":  func() { rc.FailCommit("g", 1, kerr.InvalidRecord) },
 		"HoldProduce": func() { rc.HoldProduce() },
 	} {
-		require.PanicsWithValue(t, "kfaketest: "+name+": "+kfaketest.ErrKfakeOnly.Error(), fn, name)
+		require.PanicsWithError(t, "kfaketest: "+name+": "+kfaketest.ErrKfakeOnly.Error(), fn, name)
 	}
 
 	// ClientOpts suits real brokers: a session timeout they accept

@@ -22,7 +22,8 @@
 //
 // Every helper that can fail has a test form, which takes a testing.TB, calls t.Helper and fails
 // the test naming the last value it saw, and a program form, XContext(ctx, ...) (value, error).
-// Test forms that wait give up after WaitTimeout (30s). Produce hashes keyed records as franz-go's
+// Test forms that wait give up after WaitTimeout (30s), and work in a t.Cleanup too; the helpers
+// of a closed Cluster return ErrClosed at once. Produce hashes keyed records as franz-go's
 // default partitioner does and sends keyless ones to Record.Partition; ProduceTo pins any record.
 // ProduceTxn writes one transaction. ReadAll reads a topic to its current end, read_committed or
 // not, without control records. Committed and WaitCommitted read a group's committed offsets as

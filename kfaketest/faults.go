@@ -9,14 +9,16 @@ import (
 )
 
 // FailProduce fails the next n Produce requests that write to topic with err: every partition
-// of topic in such a request is answered with err and nothing is appended. n < 0 fails them until
-// the handle's Remove; n == 0 panics. A client retries retriable errors (kerr.NotEnoughReplicas,
+// of topic in such a request is answered with err and nothing is appended. n counts requests, not
+// records: franz-go sends in one request what it has buffered, so one hit can fail many records.
+// n < 0 fails them until the handle's Remove; n == 0 or a nil err panics. A client retries retriable errors (kerr.NotEnoughReplicas,
 // kerr.NotLeaderForPartition, ...), so each retry is one more request; kerr.RequestTimedOut and
 // kerr.NotEnoughReplicasAfterAppend are answered after the records were appended (an ambiguous
 // produce). The handle counts failed requests (Hits), waits for them (Wait) and removes the
 // fault (Remove).
 func (c *Cluster) FailProduce(topic string, n int, err *kerr.Error) *kfake.FaultHandle {
 	c.kfakeOnly("FailProduce")
+	faultErr("FailProduce", err)
 	return c.k.Fault(kfake.Fault{
 		Keys:  []kmsg.Key{kmsg.Produce},
 		Topic: topic,
@@ -31,12 +33,20 @@ func (c *Cluster) FailProduce(topic string, n int, err *kerr.Error) *kfake.Fault
 // FailCommit and HoldProduce panic with ErrKfakeOnly on a connected cluster.
 func (c *Cluster) FailCommit(group string, n int, err *kerr.Error) *kfake.FaultHandle {
 	c.kfakeOnly("FailCommit")
+	faultErr("FailCommit", err)
 	return c.k.Fault(kfake.Fault{
 		Keys:  []kmsg.Key{kmsg.OffsetCommit, kmsg.TxnOffsetCommit},
 		Group: group,
 		Err:   err,
 		Count: faultCount("FailCommit", n),
 	})
+}
+
+// faultErr panics on a nil err: the fault would answer UNKNOWN_SERVER_ERROR, not what was meant.
+func faultErr(fn string, err *kerr.Error) {
+	if err == nil {
+		panic("kfaketest: " + fn + ": err must be a kerr error, not nil")
+	}
 }
 
 func faultCount(fn string, n int) int {

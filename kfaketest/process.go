@@ -41,9 +41,14 @@ type Process struct {
 // Spawn starts run 1 of a child process for the test t, which must be the test (or subtest)
 // that calls Child first. args reach the child as ChildEnv.Args. The child's stdout and stderr go
 // to a file per run (Output returns them; the test log shows them if the test fails). t.Cleanup
-// kills the child and waits for it. It fails the test if the child cannot start.
+// kills the child and waits for it. It fails the test if the child cannot start, or if it is
+// called in a child (the test did not call Child first: each child would spawn another).
 func (c *Cluster) Spawn(t testing.TB, args map[string]string) *Process {
 	t.Helper()
+	if _, child := os.LookupEnv(childEnvVar); child {
+		t.Fatalf("kfaketest: Spawn called in a child process: call kfaketest.Child first in the test, " +
+			"and run the consumer and return when it reports true (else every child spawns another)")
+	}
 	c.mu.Lock()
 	c.spawned++
 	n := c.spawned

@@ -27,8 +27,12 @@ func (c *Cluster) Produce(t testing.TB, recs ...*kgo.Record) []*kgo.Record {
 }
 
 // ProduceContext is Produce for programs. It returns the records once all are acknowledged,
-// or the first error (wrapping the kerr error, or ctx's error) naming the record's topic.
+// or the first error (wrapping the kerr error, or ctx's error) naming the record's topic. A
+// produce the cluster holds (HoldProduce) ends with ctx too, its records still in flight.
 func (c *Cluster) ProduceContext(ctx context.Context, recs ...*kgo.Record) ([]*kgo.Record, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	return produceSync(ctx, c.cl, recs)
 }
 
@@ -47,6 +51,9 @@ func (c *Cluster) ProduceTo(t testing.TB, partition int32, recs ...*kgo.Record) 
 // ProduceToContext is ProduceTo for programs. A partition the topic does not have fails the
 // record with franz-go's "invalid record partitioning choice" error.
 func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ...*kgo.Record) ([]*kgo.Record, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	for _, r := range recs {
 		pin(ctx, r, partition)
 	}
@@ -101,6 +108,9 @@ func (c *Cluster) ProduceTxn(t testing.TB, txnID string, commit bool, recs ...*k
 // watermarks count them, as on kfake. It returns the first produce error (the
 // transaction is then aborted), or the error of beginning or ending the transaction.
 func (c *Cluster) ProduceTxnContext(ctx context.Context, txnID string, commit bool, recs ...*kgo.Record) ([]*kgo.Record, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	cl, err := kgo.NewClient(append(c.ClientOpts(),
 		kgo.RecordPartitioner(partitioner{}),
 		kgo.TransactionalID(txnID),
@@ -168,10 +178,27 @@ func (c *Cluster) waitMarkers(ctx context.Context, recs []*kgo.Record) error {
 	return nil
 }
 
+// produceSync produces recs and waits for every acknowledgement, or for ctx's end: franz-go waits
+// for a request already sent whatever its ctx (a HoldProduce holds it), so the wait selects on ctx
+// itself; the records still in flight then finish in the background.
 func produceSync(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) ([]*kgo.Record, error) {
-	for _, res := range cl.ProduceSync(ctx, recs...) {
-		if res.Err != nil {
-			return nil, fmt.Errorf("produce to %q: %w", res.Record.Topic, res.Err)
+	done := make(chan error, len(recs))
+	for _, r := range recs {
+		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			if err != nil {
+				err = fmt.Errorf("produce to %q: %w", r.Topic, err)
+			}
+			done <- err
+		})
+	}
+	for range recs {
+		select {
+		case err := <-done:
+			if err != nil {
+				return nil, err
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("produce: %w", ctx.Err())
 		}
 	}
 	return recs, nil

@@ -36,6 +36,9 @@ func (c *Cluster) ReadAll(t testing.TB, topic string, committed bool) []*kgo.Rec
 // ReadAllContext is ReadAll for programs. On ctx's end it returns an error naming, per
 // partition, the next offset it still needed and the end it was reading to.
 func (c *Cluster) ReadAllContext(ctx context.Context, topic string, committed bool) ([]*kgo.Record, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	infos, err := c.partitionInfos(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -122,7 +125,7 @@ func (c *Cluster) HighWatermarks(t testing.TB, topic string) map[int32]int64 {
 // HighWatermarksContext is HighWatermarks for programs. It returns an error wrapping
 // kerr.UnknownTopicOrPartition for a missing topic, or ctx's error if ctx is already done.
 func (c *Cluster) HighWatermarksContext(ctx context.Context, topic string) (map[int32]int64, error) {
-	if err := ctx.Err(); err != nil {
+	if err := c.usable(ctx); err != nil {
 		return nil, err
 	}
 	infos, err := c.partitionInfos(ctx, topic)
@@ -227,6 +230,9 @@ func (c *Cluster) Committed(t testing.TB, group, topic string) map[int32]int64 {
 // CommittedContext is Committed for programs. While a transactional commit for the group is
 // pending (UNSTABLE_OFFSET_COMMIT) it retries until ctx ends.
 func (c *Cluster) CommittedContext(ctx context.Context, group, topic string) (map[int32]int64, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
 	for {
 		m, err := c.committedOnce(ctx, group, topic)
 		if !errors.Is(err, kerr.UnstableOffsetCommit) {
@@ -285,6 +291,9 @@ func (c *Cluster) WaitCommittedContext(ctx context.Context, group, topic string,
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
+		if err := c.usable(context.Background()); err != nil {
+			return fmt.Errorf("want %v, last seen %v: %w", want, last, err) // it never comes
+		}
 		m, err := c.committedOnce(ctx, group, topic)
 		switch {
 		case err == nil:
