@@ -371,7 +371,7 @@ func (c *Cluster) createTopic(ctx context.Context, name string, partitions int32
 	}
 	if !legalTopic.MatchString(name) || name == "." || name == ".." {
 		// What Kafka refuses (kfake would take it): 1 to 249 of [a-zA-Z0-9._-].
-		return fmt.Errorf("create topic %q: %w: a name is 1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-', not . or ..",
+		return fmt.Errorf(`create topic %q: %w: a name is 1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-', other than "." and ".."`,
 			name, kerr.InvalidTopicException)
 	}
 	if c.k != nil {

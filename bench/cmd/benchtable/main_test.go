@@ -30,10 +30,7 @@ func TestParseAndRender(t *testing.T) {
 	if v, _ := res.get("BenchmarkDeliverComplete/mutex-sorted-slice", "ns/op"); v != 40 {
 		t.Errorf("baseline ns/op = %v, want 40", v)
 	}
-	var b strings.Builder
-	render(&b, res)
-	out := b.String()
-	for _, want := range []string{
+	requireRows(t, res,
 		"| 1 tracker | deliver + complete, 1 goroutine | 12.0 ns/op, 0 allocs/op | mutex + sorted slice: 40.0 ns/op, 0 allocs/op | 0.30× the time (3.3× faster)",
 		"| 2 end to end | raw franz-go poll loop, autocommit | 1,000,000 rec/s (run 800,000 rec/s; 0.00 records fetched per record; 1,100 ns of CPU per record; 900 bytes allocated per record) |",
 		"| 2 end to end | Tidemark Auto, counting handler | 300,000 rec/s (run 240,000 rec/s, 0.30 of raw's; 0.00 records fetched per record; 1,450 ns of CPU per record, +350 over raw's; 930 bytes allocated per record, +30 over raw's) | raw | 0.30 | ≥ 0.95 | **missed** |",
@@ -41,7 +38,16 @@ func TestParseAndRender(t *testing.T) {
 		"| 5 memory | handler blocked, 1,000,000-record backlog | 37.0 MiB peak RSS (12,000 held) | 250,000 backlog: 36.0 MiB | +1.0 MiB for 71.5 MiB more backlog (+0.01) | flat: ≤ 0.1 MiB per MiB of backlog | met |",
 		"| 3 I/O-bound | 1 ms, 16 partitions, 16 lanes, ByPartition | not run |",
 		"Goals met: 1 of 3.",
-	} {
+	)
+}
+
+// requireRows renders res and fails t for each of wants the table lacks.
+func requireRows(t *testing.T, res results, wants ...string) {
+	t.Helper()
+	var b strings.Builder
+	render(&b, res)
+	out := b.String()
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -83,18 +89,11 @@ func TestHandOffRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	render(&b, res)
-	out := b.String()
-	for _, want := range []string{
+	requireRows(t, res,
 		"| raw | 0.30 (0.60 of the bare hand-off) | ≥ 0.95 | **missed** |",
 		"| raw | 0.25 (0.50 of the bare hand-off) | ≥ 0.9 | **missed** |",
 		"| 2 end to end | diagnostic: bare hand-off, the raw loop handing each poll to one goroutine that reads and counts its records | 500,000 rec/s (run 0 rec/s, 0.00 of raw's; 0.00 records fetched per record) | raw | 0.50 |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("table lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 func TestOverRaw(t *testing.T) {
