@@ -30,7 +30,15 @@ var (
 	errSpentInWindow = errors.New("tidemark: attempts spent in aborted windows")
 )
 
-const maxSessionFailures = 5 // consecutive Begin/End failures before Run fails
+// maxSessionFailures is how many Begin/End failures in a row fail the App, once they have also gone
+// on for the group's session timeout (sessionFailures).
+const maxSessionFailures = 5
+
+// sessionFailures counts a Transactional subscription's Begin/End failures in a row.
+type sessionFailures struct {
+	n     int
+	since time.Time // the first of them
+}
 
 // txnWindow is one transaction: its records' barrier (txn.Window), the session it writes to, and
 // the handlers' ctx, which carries the window so Publish routes into the transaction.
@@ -171,7 +179,8 @@ func (c *consumer) ctxOf(it *item) context.Context {
 // each committed window doubles the admission again: a record that fails now and then can abort
 // only small windows, so the subscription always makes progress.
 func (c *consumer) pollTxn(ctx, base context.Context) {
-	aborts, failures := 0, 0
+	aborts := 0
+	var failures sessionFailures
 	limit := 0 // records a window admits; 0 = no limit
 	for {
 		if err := c.sess.Begin(); err != nil {
@@ -233,7 +242,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 				return
 			}
 		case committed:
-			aborts, failures = 0, 0
+			aborts, failures = 0, sessionFailures{}
 			c.forgetTxnTries(c.sess.Client().CommittedOffsets())
 			if limit > 0 {
 				if limit *= 2; limit >= c.app.cfg.maxPollRecords*64 {
@@ -273,20 +282,27 @@ func (c *consumer) waitBarrier(base context.Context, tw *txnWindow) error {
 }
 
 // sessionFailed handles an error from Begin or End: fencing is fatal; other errors rebuild the
-// session after a backoff, and fail the App once they repeat. It reports whether to go on.
-func (c *consumer) sessionFailed(ctx context.Context, err error, failures *int) bool {
+// session after a backoff, and fail the App once maxSessionFailures of them in a row have gone on
+// for the group's session timeout (kgo.SessionTimeout, 45 s by default): a broker restarting, an
+// outage the group itself would ride out, is waited for, as Tracked waits. It reports whether to
+// go on.
+func (c *consumer) sessionFailed(ctx context.Context, err error, failures *sessionFailures) bool {
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
 		c.app.fail(fmt.Errorf("%w: %s: transactional id %q: %w", ErrFenced, c.sub, c.sub.mode.txnID, err))
 		return false
 	}
-	*failures++
+	if failures.n++; failures.n == 1 {
+		failures.since = time.Now()
+	}
 	c.log.Error("tidemark: transaction failed; rebuilding the session from the committed offsets",
-		"err", err, "failures", *failures)
-	if *failures >= maxSessionFailures {
-		c.app.fail(fmt.Errorf("tidemark: %s: %d transactions failed in a row: %w", c.sub, *failures, err))
+		"err", err, "failures", failures.n)
+	session, _ := c.cl.OptValue(kgo.SessionTimeout).(time.Duration)
+	if failures.n >= maxSessionFailures && time.Since(failures.since) >= session {
+		c.app.fail(fmt.Errorf("tidemark: %s: %d transactions failed in a row over %v: %w",
+			c.sub, failures.n, time.Since(failures.since).Round(time.Millisecond), err))
 		return false
 	}
-	if !sleepCtx(ctx, c.cfg.backoff(*failures, err)) {
+	if !sleepCtx(ctx, c.cfg.backoff(failures.n, err)) {
 		return false
 	}
 	old := c.sess

@@ -998,3 +998,26 @@ func TestTxnShutdownReportsALastWindowWhoseEndFailed(t *testing.T) {
 	require.ErrorIs(t, err, kerr.GroupAuthorizationFailed)
 	require.Empty(t, c.Committed(t, "g", "in"), "nothing committed")
 }
+
+// A Transactional subscription whose transactions keep failing (here every offset commit is
+// refused) fails the App once 5 failures in a row have gone on for the group's session timeout
+// (kfaketest.SessionTimeout here): an outage the group itself would ride out, a broker restarting,
+// is waited for. It used to fail after 5 failures whatever their span, about 2 s of outage with the
+// default backoff, where Tracked rode out 10 s (helper-59, on a real broker).
+func TestTxnRepeatedFailuresFailTheAppAfterTheSessionTimeout(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a", "b")
+	var s seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-fail")), s.handler(),
+		runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond }))
+	c.FailCommit("g", -1, kerr.GroupAuthorizationFailed)
+	failing := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	err := app.Run(ctx)
+	require.ErrorContains(t, err, "transactions failed in a row")
+	require.ErrorIs(t, err, kerr.GroupAuthorizationFailed)
+	require.GreaterOrEqual(t, time.Since(failing), kfaketest.SessionTimeout, "failed before the session timeout")
+	require.Empty(t, c.Committed(t, "g", "in"), "nothing committed")
+}
