@@ -114,6 +114,10 @@ type Cluster struct {
 	adm    *kadm.Client // over cl
 	log    *CommitLog   // nil when connected
 
+	closing  context.Context // done once Close begins: bind ends the helpers' waits with it
+	closeNow context.CancelFunc
+	adminMu  sync.RWMutex // read-held around kfake's admin calls, which Close (write) must not race: they would block for good
+
 	mu       sync.Mutex
 	releases []func()       // HoldProduce releases, run by Close
 	asleep   sync.WaitGroup // held Produce requests asleep in kfake's SleepControl; added to under mu while !closed
@@ -150,6 +154,7 @@ func Start(opts ...Option) (*Cluster, error) {
 		return nil, fmt.Errorf("start kfake: %w", err)
 	}
 	c := &Cluster{k: k, addrs: k.ListenAddrs(), prefix: cfg.prefix, extra: cfg.kgo}
+	c.closing, c.closeNow = context.WithCancel(context.Background())
 	c.log = newCommitLog(k)
 	c.log.install()
 	for _, tp := range cfg.topics {
@@ -206,6 +211,7 @@ func ConnectContext(ctx context.Context, brokers []string, opts ...Option) (*Clu
 			strconv.FormatInt(connects.Add(1), 10) + "-"
 	}
 	c := &Cluster{addrs: append([]string(nil), brokers...), prefix: cfg.prefix, extra: cfg.kgo}
+	c.closing, c.closeNow = context.WithCancel(context.Background())
 	cl, err := kgo.NewClient(append(c.ClientOpts(), kgo.RecordPartitioner(partitioner{}))...)
 	if err != nil {
 		return nil, fmt.Errorf("helper client: %w", err)
@@ -271,6 +277,7 @@ func (c *Cluster) Close() {
 	releases := c.releases
 	c.releases = nil
 	c.mu.Unlock()
+	c.closeNow()
 	for _, r := range releases {
 		r()
 	}
@@ -288,7 +295,9 @@ func (c *Cluster) Close() {
 		return
 	}
 	c.cl.Close()
+	c.adminMu.Lock() // no admin call in flight: once closed, kfake would never answer it
 	c.k.Close()
+	c.adminMu.Unlock()
 }
 
 // awaitHeld waits, up to WaitTimeout, until the released Produce requests have left kfake's
@@ -359,9 +368,11 @@ func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) {
 // partition has a leader, and Close deletes it. The name is used as given (Name adds the
 // prefix). It returns kerr.TopicAlreadyExists if the topic exists, or ctx's error.
 func (c *Cluster) CreateTopicContext(ctx context.Context, name string, partitions int32) error {
-	if err := c.usable(ctx); err != nil {
+	ctx, stop, err := c.bind(ctx)
+	if err != nil {
 		return err
 	}
+	defer stop()
 	return c.createTopic(ctx, name, partitions)
 }
 
@@ -375,7 +386,11 @@ func (c *Cluster) createTopic(ctx context.Context, name string, partitions int32
 			name, kerr.InvalidTopicException)
 	}
 	if c.k != nil {
-		if err := c.k.CreateTopic(name, partitions, nil); err != nil {
+		var err error
+		if aerr := c.admin(func() { err = c.k.CreateTopic(name, partitions, nil) }); aerr != nil {
+			return aerr
+		}
+		if err != nil {
 			return fmt.Errorf("create topic %q: %w", name, err)
 		}
 		return nil
@@ -397,7 +412,7 @@ func (c *Cluster) createTopic(ctx context.Context, name string, partitions int32
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("create topic %q: waiting for its partitions: %w", name, ctx.Err())
+			return fmt.Errorf("create topic %q: waiting for its partitions: %w", name, context.Cause(ctx))
 		case <-time.After(pollInterval):
 		}
 	}
@@ -426,5 +441,28 @@ func (c *Cluster) usable(ctx context.Context) error {
 	if c.closed {
 		return ErrClosed
 	}
+	return nil
+}
+
+// bind returns usable's error, or ctx ended also when the Cluster closes (cause ErrClosed), so a
+// helper waiting when Close runs returns instead of polling dead brokers. Call stop when done.
+func (c *Cluster) bind(ctx context.Context) (bound context.Context, stop func(), err error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, nil, err
+	}
+	bound, cancel := context.WithCancelCause(ctx)
+	unhook := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return bound, func() { unhook(); cancel(nil) }, nil
+}
+
+// admin runs fn, a call of kfake's admin loop, unless the Cluster is closed: Close waits for it
+// before closing kfake, which would never answer it afterwards.
+func (c *Cluster) admin(fn func()) error {
+	c.adminMu.RLock()
+	defer c.adminMu.RUnlock()
+	if err := c.usable(context.Background()); err != nil {
+		return err
+	}
+	fn()
 	return nil
 }

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark-io/tidemark/kfaketest"
 )
@@ -130,4 +133,100 @@ func TestConnectWaitsForBrokersStartingBesideTheTests(t *testing.T) {
 	_, err = kfaketest.ConnectContext(ctx, []string{"127.0.0.1:1"})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "connection refused")
+}
+
+// A helper and Close racing: the helper returns (its answer, or ErrClosed), never blocks in
+// kfake's admin loop, which a closed cluster no longer serves (helper-60: blocked for good, whatever
+// its ctx). The cluster's loop is kept busy while they race.
+func TestAHelperRacingCloseReturns(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	inLoop := make(chan struct{})
+	var once sync.Once
+	c.Kfake().Fault(kfake.Fault{
+		Keys: []kmsg.Key{kmsg.Metadata},
+		Err:  kerr.UnknownServerError,
+		When: func(kmsg.Request) bool { // runs on the cluster's loop: it is busy meanwhile
+			once.Do(func() { close(inLoop); time.Sleep(300 * time.Millisecond) })
+			return false
+		},
+		Count: -1,
+	})
+	other, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	defer other.Close()
+	go func() { _, _ = kadm.NewClient(other).ListBrokers(context.Background()) }()
+	<-inLoop
+	returned := make(chan error, 1)
+	go func() {
+		_, err := c.HighWatermarksContext(context.Background(), "t")
+		returned <- err
+	}()
+	c.Close()
+	select {
+	case err := <-returned:
+		if err != nil {
+			require.ErrorIs(t, err, kfaketest.ErrClosed)
+		}
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("HighWatermarksContext still blocked after a concurrent Close")
+	}
+}
+
+// A ReadAll waiting for a fetch when the Cluster closes returns ErrClosed at once; it polled the
+// dead brokers until its ctx ended (helper-60).
+func TestReadAllEndsWhenTheClusterCloses(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	c.ProduceValues(t, "t", 0, "a")
+	fetching, unblock := make(chan struct{}), make(chan struct{})
+	defer close(unblock)
+	var once sync.Once
+	c.Kfake().ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.Kfake().KeepControl()
+		once.Do(func() { close(fetching) })
+		c.Kfake().SleepControl(func() { <-unblock }) // a fetch that does not come back
+		return nil, nil, false
+	})
+	returned := make(chan error, 1)
+	go func() { _, err := c.ReadAllContext(context.Background(), "t", false); returned <- err }()
+	<-fetching
+	c.Close()
+	select {
+	case err := <-returned:
+		require.ErrorIs(t, err, kfaketest.ErrClosed)
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("ReadAll did not return after Close")
+	}
+}
+
+// A failed produce waits for the call's other records before it returns: the caller may read them.
+// It returned at the first error while franz-go was still writing the others (a data race on
+// their Offset, helper-60).
+func TestAFailedProduceWaitsForItsOtherRecords(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("a", 1))
+	c.ProduceValues(t, "a", 0, "first")
+	good := &kgo.Record{Topic: "a", Value: []byte("good")}
+	bad := &kgo.Record{Topic: "a", Partition: 7, Value: []byte("bad")}
+	_, err := c.ProduceContext(t.Context(), good, bad)
+	require.ErrorContains(t, err, "invalid record partitioning choice")
+	require.Equal(t, int64(1), good.Offset)
+	require.Equal(t, map[int32]int64{0: 2}, c.HighWatermarks(t, "a"))
+}
+
+// A transaction whose produce did not finish by ctx's end is aborted all the same (with a ctx of
+// its own): the abort used the ended ctx, so no EndTxn was sent and the open transaction held
+// read_committed readers back until its timeout (helper-60).
+func TestProduceTxnAbortsWhenItsCtxEnds(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("a", 1), kfaketest.Topic("b", 1))
+	c.FailProduce("b", -1, kerr.NotEnoughReplicas) // retriable: b's record is retried until ctx ends
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := c.ProduceTxnContext(ctx, "tx", true,
+		&kgo.Record{Topic: "a", Value: []byte("acked")},
+		&kgo.Record{Topic: "b", Value: []byte("retried")})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Eventually(t, func() bool {
+		pi := c.Kfake().PartitionInfos("a")[0]
+		return pi.LastStableOffset == pi.HighWatermark
+	}, 5*time.Second, 10*time.Millisecond, "the transaction on a is still open")
+	require.Empty(t, c.ReadAll(t, "a", true), "nothing committed")
 }

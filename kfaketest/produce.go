@@ -30,9 +30,11 @@ func (c *Cluster) Produce(t testing.TB, recs ...*kgo.Record) []*kgo.Record {
 // or the first error (wrapping the kerr error, or ctx's error) naming the record's topic. A
 // produce the cluster holds (HoldProduce) ends with ctx too, its records still in flight.
 func (c *Cluster) ProduceContext(ctx context.Context, recs ...*kgo.Record) ([]*kgo.Record, error) {
-	if err := c.usable(ctx); err != nil {
+	ctx, stop, err := c.bind(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer stop()
 	return produceSync(ctx, c.cl, recs)
 }
 
@@ -51,9 +53,11 @@ func (c *Cluster) ProduceTo(t testing.TB, partition int32, recs ...*kgo.Record) 
 // ProduceToContext is ProduceTo for programs. A partition the topic does not have fails the
 // record with franz-go's "invalid record partitioning choice" error.
 func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ...*kgo.Record) ([]*kgo.Record, error) {
-	if err := c.usable(ctx); err != nil {
+	ctx, stop, err := c.bind(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer stop()
 	for _, r := range recs {
 		pin(ctx, r, partition)
 	}
@@ -108,9 +112,11 @@ func (c *Cluster) ProduceTxn(t testing.TB, txnID string, commit bool, recs ...*k
 // watermarks count them, as on kfake. It returns the first produce error (the
 // transaction is then aborted), or the error of beginning or ending the transaction.
 func (c *Cluster) ProduceTxnContext(ctx context.Context, txnID string, commit bool, recs ...*kgo.Record) ([]*kgo.Record, error) {
-	if err := c.usable(ctx); err != nil {
+	ctx, stop, err := c.bind(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer stop()
 	cl, err := kgo.NewClient(append(c.ClientOpts(),
 		kgo.RecordPartitioner(partitioner{}),
 		kgo.TransactionalID(txnID),
@@ -123,11 +129,14 @@ func (c *Cluster) ProduceTxnContext(ctx context.Context, txnID string, commit bo
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
 	out, perr := produceSync(ctx, cl, recs)
-	end := kgo.TransactionEndTry(commit)
-	if perr != nil {
+	end, ectx := kgo.TransactionEndTry(commit), ctx
+	if perr != nil { // abort, with a ctx of its own: ctx may be what ended (an open transaction holds read_committed readers back)
+		var cancel context.CancelFunc
 		end = kgo.TryAbort
+		ectx, cancel = context.WithTimeout(context.WithoutCancel(ctx), WaitTimeout)
+		defer cancel()
 	}
-	if err := cl.EndTransaction(ctx, end); err != nil {
+	if err := cl.EndTransaction(ectx, end); err != nil {
 		return nil, errors.Join(perr, fmt.Errorf("end transaction: %w", err))
 	}
 	if perr != nil {
@@ -178,9 +187,10 @@ func (c *Cluster) waitMarkers(ctx context.Context, recs []*kgo.Record) error {
 	return nil
 }
 
-// produceSync produces recs and waits for every acknowledgement, or for ctx's end: franz-go waits
-// for a request already sent whatever its ctx (a HoldProduce holds it), so the wait selects on ctx
-// itself; the records still in flight then finish in the background.
+// produceSync produces recs and waits for every one's outcome, then returns the first error, or
+// returns at ctx's end: franz-go waits for a request already sent whatever its ctx (a HoldProduce
+// holds it), so the wait selects on ctx itself. Only then may records still be in flight (franz-go
+// sets their Partition and Offset when they finish): the caller must not touch them.
 func produceSync(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) ([]*kgo.Record, error) {
 	done := make(chan error, len(recs))
 	for _, r := range recs {
@@ -191,15 +201,19 @@ func produceSync(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) ([]*kg
 			done <- err
 		})
 	}
+	var first error
 	for range recs {
 		select {
 		case err := <-done:
-			if err != nil {
-				return nil, err
+			if first == nil {
+				first = err
 			}
 		case <-ctx.Done():
-			return nil, fmt.Errorf("produce: %w", ctx.Err())
+			return nil, fmt.Errorf("produce: %w (records may still be in flight)", context.Cause(ctx))
 		}
+	}
+	if first != nil {
+		return nil, first
 	}
 	return recs, nil
 }

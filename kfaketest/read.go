@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -36,9 +37,11 @@ func (c *Cluster) ReadAll(t testing.TB, topic string, committed bool) []*kgo.Rec
 // ReadAllContext is ReadAll for programs. On ctx's end it returns an error naming, per
 // partition, the next offset it still needed and the end it was reading to.
 func (c *Cluster) ReadAllContext(ctx context.Context, topic string, committed bool) ([]*kgo.Record, error) {
-	if err := c.usable(ctx); err != nil {
+	ctx, stop, err := c.bind(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer stop()
 	infos, err := c.partitionInfos(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -76,8 +79,8 @@ func (c *Cluster) ReadAllContext(ctx context.Context, topic string, committed bo
 	byPart := make(map[int32][]*kgo.Record)
 	for len(next) > 0 {
 		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%w before the end: next offset by partition %v, end %v", err, next, end)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w before the end: next offset by partition %v, end %v", context.Cause(ctx), next, end)
 		}
 		var ferr error
 		fs.EachError(func(_ string, p int32, err error) {
@@ -125,9 +128,11 @@ func (c *Cluster) HighWatermarks(t testing.TB, topic string) map[int32]int64 {
 // HighWatermarksContext is HighWatermarks for programs. It returns an error wrapping
 // kerr.UnknownTopicOrPartition for a missing topic, or ctx's error if ctx is already done.
 func (c *Cluster) HighWatermarksContext(ctx context.Context, topic string) (map[int32]int64, error) {
-	if err := c.usable(ctx); err != nil {
+	ctx, stop, err := c.bind(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer stop()
 	infos, err := c.partitionInfos(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -150,7 +155,10 @@ type partInfo struct {
 // kerr.UnknownTopicOrPartition.
 func (c *Cluster) partitionInfos(ctx context.Context, topic string) ([]partInfo, error) {
 	if c.k != nil {
-		infos := c.k.PartitionInfos(topic)
+		var infos []*kfake.PartitionInfo
+		if err := c.admin(func() { infos = c.k.PartitionInfos(topic) }); err != nil {
+			return nil, err
+		}
 		if infos == nil {
 			return nil, fmt.Errorf("topic %q: %w", topic, kerr.UnknownTopicOrPartition)
 		}
@@ -230,9 +238,11 @@ func (c *Cluster) Committed(t testing.TB, group, topic string) map[int32]int64 {
 // CommittedContext is Committed for programs. While a transactional commit for the group is
 // pending (UNSTABLE_OFFSET_COMMIT) it retries until ctx ends.
 func (c *Cluster) CommittedContext(ctx context.Context, group, topic string) (map[int32]int64, error) {
-	if err := c.usable(ctx); err != nil {
+	ctx, stop, err := c.bind(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer stop()
 	for {
 		m, err := c.committedOnce(ctx, group, topic)
 		if !errors.Is(err, kerr.UnstableOffsetCommit) {
@@ -240,7 +250,7 @@ func (c *Cluster) CommittedContext(ctx context.Context, group, topic string) (ma
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+			return nil, fmt.Errorf("%w (last: %w)", context.Cause(ctx), err)
 		case <-time.After(pollInterval):
 		}
 	}
@@ -284,6 +294,11 @@ func (c *Cluster) WaitCommitted(t testing.TB, group, topic string, want map[int3
 // WaitCommittedContext is WaitCommitted for programs: nil once the committed offsets equal want,
 // or ctx's error wrapped with the last value (or error) seen.
 func (c *Cluster) WaitCommittedContext(ctx context.Context, group, topic string, want map[int32]int64) error {
+	ctx, stop, err := c.bind(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	var (
 		last    map[int32]int64 // last value read, nil before the first
 		lastErr error           // error of the last read, if it failed for another reason than ctx
@@ -291,9 +306,6 @@ func (c *Cluster) WaitCommittedContext(ctx context.Context, group, topic string,
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
-		if err := c.usable(context.Background()); err != nil {
-			return fmt.Errorf("want %v, last seen %v: %w", want, last, err) // it never comes
-		}
 		m, err := c.committedOnce(ctx, group, topic)
 		switch {
 		case err == nil:
@@ -307,9 +319,9 @@ func (c *Cluster) WaitCommittedContext(ctx context.Context, group, topic string,
 		select {
 		case <-ctx.Done():
 			if lastErr != nil {
-				return fmt.Errorf("want %v, last seen %v, then error %w: %w", want, last, lastErr, ctx.Err())
+				return fmt.Errorf("want %v, last seen %v, then error %w: %w", want, last, lastErr, context.Cause(ctx))
 			}
-			return fmt.Errorf("want %v, last seen %v: %w", want, last, ctx.Err())
+			return fmt.Errorf("want %v, last seen %v: %w", want, last, context.Cause(ctx))
 		case <-tick.C:
 		}
 	}

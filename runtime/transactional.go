@@ -236,13 +236,16 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		cancel()
 		tw.w.Release() // its handlers' ctx: done with, and no longer held by c.workCtx
 		c.lastAbort, c.lastEnd = tw.w.Aborted(), err
+		if err == nil {
+			failures = sessionFailures{} // the session works: an abort ends a run of failures too
+		}
 		switch {
 		case err != nil:
 			if !c.sessionFailed(ctx, err, &failures) {
 				return
 			}
 		case committed:
-			aborts, failures = 0, sessionFailures{}
+			aborts = 0
 			c.forgetTxnTries(c.sess.Client().CommittedOffsets())
 			if limit > 0 {
 				if limit *= 2; limit >= c.app.cfg.maxPollRecords*64 {
