@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"testing"
@@ -58,5 +59,42 @@ func TestAckAllCommitsHighWatermarkAndRestartSeesOnlyNewRecords(t *testing.T) {
 				require.Equal(t, sentinels, got, "a restarted App sees only the sentinels")
 			})
 		}
+	}
+}
+
+// A handler that publishes the record it was given (franz-go then sets its Topic, Partition and
+// Offset to the output's) does not move its partition's committed offset: the runtime reads the
+// position it commits before the handler runs. Auto marked the output's offset + 1 (here 53 on a
+// 3-record input: every record after it would have been skipped), and batches likewise.
+func TestAHandlerThatPublishesItsRecordCommitsTheInputsOffset(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+			c.ProduceValues(t, "out", 0, numbered(50)...)
+			c.ProduceValues(t, "in", 0, "a", "b", "c")
+			app := runtime.New(appOpts(c)...)
+			forward := func(ctx context.Context, d *runtime.Delivery) error {
+				r := d.Record()
+				r.Topic = "out" // misuse: the record is the runtime's
+				return app.Publish(ctx, r)
+			}
+			sub := runtime.Topic("in").Group("g").Commit(runtime.Auto)
+			if batch {
+				runtime.HandleBatch(app, sub, 8, runtime.BatchHandlerFunc(func(ctx context.Context, ds []*runtime.Delivery) []error {
+					out := make([]error, len(ds))
+					for i, d := range ds {
+						out[i] = forward(ctx, d)
+					}
+					return out
+				}))
+			} else {
+				runtime.Handle(app, sub, runtime.HandlerFunc(forward))
+			}
+			start(t, app)
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3})
+			stop(t, app)
+			require.Equal(t, map[int32]int64{0: 3}, c.Committed(t, "g", "in"))
+			require.Equal(t, map[int32]int64{0: 53}, c.HighWatermarks(t, "out"))
+		})
 	}
 }

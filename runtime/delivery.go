@@ -26,7 +26,11 @@ func DeliveryFrom(ctx context.Context) (d *Delivery, ok bool) {
 	return d, ok
 }
 
-// Record returns the Kafka record: topic, partition, offset, key, value, headers, leader epoch.
+// Record returns the Kafka record: topic, partition, offset, key, value, headers, leader epoch. It
+// is the runtime's, read-only: to publish it elsewhere, publish a copy (Publish sets a record's
+// Topic, Partition and Offset). The runtime reads the position it commits before the handler runs,
+// so a changed record cannot move the committed offset, but dead letters and retry copies are made
+// from it after the handler returns.
 func (d *Delivery) Record() *kgo.Record { return d.rec }
 
 // Attempt returns the delivery's number, starting at 1: the record's retry count header

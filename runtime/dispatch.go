@@ -64,11 +64,12 @@ type doneCell struct {
 	next  atomic.Int64 // the offset after the highest done record of the epoch
 }
 
-// markDone raises ps's done position to the one after r (Auto), never lowers it, and reports
-// whether it moved: a compare-and-swap on the offset of its epoch's cell, or, for a record of a
-// higher epoch, on the cell (a new one, allocated once per epoch).
-func (ps *partState) markDone(r *kgo.Record) bool {
-	epoch := max(r.LeaderEpoch, -1) // -1: unknown, as kgo.EpochOffset.Less takes it
+// markDone raises ps's done position to the one after the record at pos (its leader epoch and
+// offset; Auto), never lowers it, and reports whether it moved: a compare-and-swap on the offset of
+// its epoch's cell, or, for a record of a higher epoch, on the cell (a new one, allocated once per
+// epoch).
+func (ps *partState) markDone(pos kgo.EpochOffset) bool {
+	epoch := max(pos.Epoch, -1) // -1: unknown, as kgo.EpochOffset.Less takes it
 	for {
 		c := ps.done.Load()
 		switch {
@@ -77,16 +78,16 @@ func (ps *partState) markDone(r *kgo.Record) bool {
 		case epoch == c.epoch:
 			for {
 				cur := c.next.Load()
-				if cur > r.Offset {
+				if cur > pos.Offset {
 					return false
 				}
-				if c.next.CompareAndSwap(cur, r.Offset+1) {
+				if c.next.CompareAndSwap(cur, pos.Offset+1) {
 					return true // in a cell replaced meanwhile, it is below the new one: harmless
 				}
 			}
 		}
 		n := &doneCell{epoch: epoch}
-		n.next.Store(r.Offset + 1)
+		n.next.Store(pos.Offset + 1)
 		if ps.done.CompareAndSwap(c, n) {
 			return true
 		}

@@ -17,8 +17,8 @@ import (
 func TestAutoDonePositionFollowsARewind(t *testing.T) {
 	ps := &partState{marked: kgo.EpochOffset{Epoch: -1}}
 	ps.done.Store(&doneCell{epoch: -1})
-	rec := func(epoch int32, offset int64) *kgo.Record {
-		return &kgo.Record{LeaderEpoch: epoch, Offset: offset}
+	rec := func(epoch int32, offset int64) kgo.EpochOffset {
+		return kgo.EpochOffset{Epoch: epoch, Offset: offset}
 	}
 	_, ok := ps.moved()
 	require.False(t, ok, "nothing done yet")
@@ -54,7 +54,7 @@ func TestAutoDonePositionUnderConcurrentLanes(t *testing.T) {
 				if o >= 4000 {
 					epoch = 2 // a new leader from offset 4,000 on
 				}
-				ps.markDone(&kgo.Record{LeaderEpoch: epoch, Offset: o})
+				ps.markDone(kgo.EpochOffset{Epoch: epoch, Offset: o})
 			}
 		})
 	}
