@@ -162,13 +162,20 @@ func TestAHelperRacingCloseReturns(t *testing.T) {
 		returned <- err
 	}()
 	c.Close()
+	if err := returnedBy(t, returned, "HighWatermarksContext racing Close"); err != nil {
+		require.ErrorIs(t, err, kfaketest.ErrClosed)
+	}
+}
+
+// returnedBy waits for what's error on ch, failing t if none comes within WaitTimeout.
+func returnedBy(t *testing.T, ch <-chan error, what string) error {
+	t.Helper()
 	select {
-	case err := <-returned:
-		if err != nil {
-			require.ErrorIs(t, err, kfaketest.ErrClosed)
-		}
+	case err := <-ch:
+		return err
 	case <-time.After(kfaketest.WaitTimeout):
-		t.Fatal("HighWatermarksContext still blocked after a concurrent Close")
+		t.Fatalf("%s did not return", what)
+		return nil
 	}
 }
 
@@ -190,12 +197,7 @@ func TestReadAllEndsWhenTheClusterCloses(t *testing.T) {
 	go func() { _, err := c.ReadAllContext(context.Background(), "t", false); returned <- err }()
 	<-fetching
 	c.Close()
-	select {
-	case err := <-returned:
-		require.ErrorIs(t, err, kfaketest.ErrClosed)
-	case <-time.After(kfaketest.WaitTimeout):
-		t.Fatal("ReadAll did not return after Close")
-	}
+	require.ErrorIs(t, returnedBy(t, returned, "ReadAll after Close"), kfaketest.ErrClosed)
 }
 
 // A failed produce waits for the call's other records before it returns: the caller may read them.
