@@ -2,13 +2,18 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/dlq"
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Acking everything and stopping gracefully commits the high watermark of every partition, and a
@@ -95,6 +100,59 @@ func TestAHandlerThatPublishesItsRecordCommitsTheInputsOffset(t *testing.T) {
 			stop(t, app)
 			require.Equal(t, map[int32]int64{0: 3}, c.Committed(t, "g", "in"))
 			require.Equal(t, map[int32]int64{0: 53}, c.HighWatermarks(t, "out"))
+		})
+	}
+}
+
+// A record its handler published (franz-go set its Topic, Partition and Offset to the output's)
+// is still the input's for everything the runtime does with it afterwards: run again in place
+// (Auto: its dead letter failed), its mark is the input's offset; counted in aborted Transactional
+// windows, its attempts reach MaxAttempts and it is dead-lettered, with the input's provenance.
+// The runtime read these from the record after the first run (helper-61): Auto committed 51 for a
+// 1-record input, and the Transactional attempts stayed at 1, aborting forever.
+func TestAPublishedRecordStaysTheInputsForRetriesAndDeadLetters(t *testing.T) {
+	for _, mode := range []runtime.CommitMode{runtime.Auto, runtime.Transactional("tx-fwd")} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("dlq", 1))
+			c.ProduceValues(t, "out", 0, numbered(50)...)
+			c.ProduceValues(t, "in", 0, "a")
+			opts := []runtime.HandleOption{runtime.DeadLetter("dlq"), runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond })}
+			if mode == runtime.Auto {
+				c.FailProduce("dlq", 1, kerr.InvalidRecord) // the first dead letter fails: the record runs again in place
+			} else {
+				opts = append(opts, runtime.MaxAttempts(3))
+			}
+			var attempts []int
+			var mu sync.Mutex
+			app := runtime.New(appOpts(c)...)
+			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(mode), runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+				mu.Lock()
+				attempts = append(attempts, d.Attempt())
+				mu.Unlock()
+				r := d.Record()
+				if r.Topic != "in" {
+					return nil // run again in place after it was published: done
+				}
+				r.Topic = "out" // misuse: the record is the runtime's
+				if err := app.Publish(ctx, r); err != nil {
+					return err
+				}
+				return runtime.Retry(errors.New("downstream said no"))
+			}), opts...)
+			start(t, app)
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+			stop(t, app)
+			mu.Lock()
+			defer mu.Unlock()
+			if mode == runtime.Auto {
+				require.Equal(t, []int{1, 2}, attempts)
+				return
+			}
+			require.Equal(t, []int{1, 2, 3}, attempts)
+			dl := c.ReadAll(t, "dlq", true)
+			require.Len(t, dl, 1)
+			require.Equal(t, []string{"in"}, hv(dl[0], dlq.TopicHeader))
+			require.Equal(t, []string{"0"}, hv(dl[0], dlq.OffsetHeader))
 		})
 	}
 }

@@ -126,7 +126,7 @@ func (c *consumer) handleBatch(items []*item, running *[]*item) {
 	for i, it := range work {
 		attempt := attempts[i]
 		ds[i] = &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
-		evs[i] = SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.rec.Offset,
+		evs[i] = SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.off,
 			Generation: it.ps.gen, Attempt: attempt}
 	}
 	ctx, cancel := c.batchContext(work)
@@ -137,7 +137,7 @@ func (c *consumer) handleBatch(items []*item, running *[]*item) {
 	}
 	start := time.Now()
 	*running = work
-	results, short, extra, perr := c.invokeBatch(ctx, ds)
+	results, short, extra, perr := c.invokeBatch(ctx, ds, work[0])
 	dur := time.Since(start)
 	if perr != nil {
 		c.log.Error("tidemark: batch handler panicked", "topic", perr.Topic, "partition", perr.Partition, "offset", perr.Offset,
@@ -166,7 +166,7 @@ func (c *consumer) handleBatch(items []*item, running *[]*item) {
 	aligned, s, e := batch.Align(results, len(work), Retry(errShortBatch))
 	if short, extra = short+s, extra+e; short > 0 || extra > 0 {
 		c.log.Warn("tidemark: batch handler returned a result of the wrong length",
-			"topic", work[0].rec.Topic, "partition", work[0].rec.Partition, "offset", work[0].rec.Offset,
+			"topic", work[0].ps.topic, "partition", work[0].ps.partition, "offset", work[0].off,
 			"batch", len(work), "retried", short, "ignored", extra)
 	}
 	pubs.returned(work[0].win) // before its elements settle: one's abort is not another's cause
@@ -177,13 +177,12 @@ func (c *consumer) handleBatch(items []*item, running *[]*item) {
 }
 
 // invokeBatch calls the batch handler, recovering a panic into a *PanicError naming the first
-// element (a runtime.Goexit: see lane). short and extra are what an aligningBatchHandler reports;
-// 0 for others.
-func (c *consumer) invokeBatch(ctx context.Context, ds []*Delivery) (results []error, short, extra int, perr *PanicError) {
-	r := ds[0].rec // before the handler, which may change ds
+// element, first (a runtime.Goexit: see lane). short and extra are what an aligningBatchHandler
+// reports; 0 for others.
+func (c *consumer) invokeBatch(ctx context.Context, ds []*Delivery, first *item) (results []error, short, extra int, perr *PanicError) {
 	defer func() {
 		if v := recover(); v != nil {
-			perr = &PanicError{Value: v, Stack: debugStack(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+			perr = c.panicError(first, v, debugStack())
 		}
 	}()
 	if a, ok := c.bh.(aligningBatchHandler); ok {

@@ -27,10 +27,11 @@ func DeliveryFrom(ctx context.Context) (d *Delivery, ok bool) {
 }
 
 // Record returns the Kafka record: topic, partition, offset, key, value, headers, leader epoch. It
-// is the runtime's, read-only: to publish it elsewhere, publish a copy (Publish sets a record's
-// Topic, Partition and Offset). The runtime reads the position it commits before the handler runs,
-// so a changed record cannot move the committed offset, but dead letters and retry copies are made
-// from it after the handler returns.
+// is read-only: to publish it elsewhere, publish a copy (Publish sets a record's Topic, Partition
+// and Offset). The runtime keeps the topic, partition, offset and leader epoch it had when polled,
+// for its commits, attempts, events and the provenance of its dead letters and retry copies, so a
+// changed record cannot move them; its key, value and headers are read again after the handler
+// (for a retry copy, a dead letter, a reply's key).
 func (d *Delivery) Record() *kgo.Record { return d.rec }
 
 // Attempt returns the delivery's number, starting at 1: the record's retry count header

@@ -32,7 +32,6 @@ func (c *consumer) lane() {
 	// each call (handleTake, handleBatch), nil between them. A handler that calls runtime.Goexit
 	// ends this goroutine with it set: laneExited.
 	var running []*item
-	var done []kgo.EpochOffset // a batch's positions, for markBatch
 	items, ok := c.d.take(make([]*item, 0, n), n)
 	exited := true
 	defer func() {
@@ -43,9 +42,8 @@ func (c *consumer) lane() {
 	for ok {
 		handled := len(items)
 		if c.bh != nil {
-			done = positions(done[:0], items) // before the handler, which may change its records
 			c.handleBatch(items, &running)
-			c.markBatch(items, done)
+			c.markBatch(items)
 		} else {
 			handled = c.handleTake(items, &dl, &running)
 			dl.rec, dl.reply = nil, nil // a kept record would keep its fetch buffer alive
@@ -79,13 +77,12 @@ func (c *consumer) laneExited(items, running []*item) {
 // whatever OnPanic says (the lane that would run them again is ending), they are never committed
 // and the App fails with a *PanicError whose Value is ErrHandlerExited.
 func (c *consumer) handlerExited(items []*item) {
-	r := items[0].rec
-	perr := &PanicError{Value: ErrHandlerExited, Stack: debugStack(), Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	perr := c.panicError(items[0], ErrHandlerExited, debugStack())
 	for _, it := range items {
 		attempt, _ := c.attempt(it)
 		c.log.Error("tidemark: handler called runtime.Goexit instead of returning", c.recAttrs(it, attempt, "stack", string(perr.Stack))...)
 		c.abortWindow(it.win, perr)
-		c.settled(&SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.rec.Offset,
+		c.settled(&SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.off,
 			Generation: it.ps.gen, Attempt: attempt, Outcome: OutcomePanic, Err: perr})
 		it.act = actHold
 	}
@@ -104,12 +101,11 @@ func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int
 			return i
 		}
 		*running = items[i : i+1]
-		pos := position(it) // before the handler, which may change its record (Publish it, say)
 		c.handle(it, dl)
 		if it.act != actDone {
 			return i + 1
 		}
-		c.markDone(it, pos)
+		c.markDone(it)
 	}
 	return len(items)
 }
@@ -118,9 +114,9 @@ func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int
 // the dispatcher must finish it. d is the lane's Delivery, filled anew for the call (nil: a new
 // one).
 func (c *consumer) handle(it *item, d *Delivery) {
-	ps, off := it.ps, it.rec.Offset // the offset before the handler, which may change its record
+	ps := it.ps
 	if it.control || it.foreign {
-		ev := c.event(it, off, 0)
+		ev := c.event(it, 0)
 		ev.Outcome = OutcomeControl
 		if it.foreign {
 			ev.Outcome = OutcomeForeignCopy
@@ -130,7 +126,7 @@ func (c *consumer) handle(it *item, d *Delivery) {
 	}
 	attempt, spent := c.attempt(it)
 	if spent != nil { // spent in an aborted window: settled without the handler (DESIGN §3.4)
-		ev := c.event(it, off, attempt-1) // as its last delivery, the one that spent it: counted among the failed already
+		ev := c.event(it, attempt-1) // as its last delivery, the one that spent it: counted among the failed already
 		c.resolve(it, &ev, kindRetry, spent, 0)
 		return
 	}
@@ -150,7 +146,7 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		c.complete(it) // acked, with no event to build: most records
 		return
 	}
-	ev := c.event(it, off, attempt)
+	ev := c.event(it, attempt)
 	if c.observed {
 		ev.Duration = time.Since(start)
 	}
@@ -174,9 +170,9 @@ func (c *consumer) handle(it *item, d *Delivery) {
 	c.conclude(it, &ev, err, c.ctxOf(it), &d.pubs)
 }
 
-// event returns the SettledEvent of it's delivery attempt, at offset off, its outcome still to set.
-func (c *consumer) event(it *item, off int64, attempt int) SettledEvent {
-	return SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: off,
+// event returns the SettledEvent of it's delivery attempt, its outcome still to set.
+func (c *consumer) event(it *item, attempt int) SettledEvent {
+	return SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.off,
 		Generation: it.ps.gen, Attempt: attempt}
 }
 
@@ -191,7 +187,7 @@ func (c *consumer) attempt(it *item) (attempt int, spent error) {
 	}
 	c.txnMu.Lock()
 	defer c.txnMu.Unlock()
-	return attempt + c.txnTried[it.ps.tp][it.rec.Offset], c.txnGone[it.ps.tp][it.rec.Offset]
+	return attempt + c.txnTried[it.ps.tp][it.off], c.txnGone[it.ps.tp][it.off]
 }
 
 // conclude settles a handled record by the error its handler (or its batch's, for its element)
@@ -240,7 +236,7 @@ func (c *consumer) settled(ev *SettledEvent) {
 func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *PanicError, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			perr = &PanicError{Value: v, Stack: debugStack(), Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
+			perr = c.panicError(it, v, debugStack())
 		}
 	}()
 	if topic := c.cfg.replyTopic; topic != "" {
@@ -261,49 +257,38 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 // franz-go in one MarkCommitOffsets (at most every 10 ms; at once on a revoke or shutdown,
 // finalMarks). A partition whose final marks were made (revoked) or that was lost is sealed: the
 // committer marks nothing more for it, since another member may own it (DESIGN §3.7).
-func (c *consumer) markDone(it *item, pos kgo.EpochOffset) {
-	if !c.tracked && !c.txnMode && it.ps.markDone(pos) {
+func (c *consumer) markDone(it *item) {
+	if !c.tracked && !c.txnMode && it.ps.markDone(kgo.EpochOffset{Epoch: it.epoch, Offset: it.off}) {
 		c.kick()
 	}
 }
 
-// position is the leader epoch and offset of it's record, read before its handler runs: the
-// record is the handler's to read, and a handler that changes it (publishes it, say: franz-go then
-// sets its Topic, Partition and Offset) must not move the partition's committed offset.
-func position(it *item) kgo.EpochOffset {
-	return kgo.EpochOffset{Epoch: it.rec.LeaderEpoch, Offset: it.rec.Offset}
-}
-
-// positions appends the position of each of items to buf.
-func positions(buf []kgo.EpochOffset, items []*item) []kgo.EpochOffset {
-	for _, it := range items {
-		buf = append(buf, position(it))
-	}
-	return buf
-}
-
 // markBatch marks, under Auto, what a batch's settled elements allow: per partition, every done
-// element before the first one that is not done (markDone keeps the highest). pos holds their
-// positions, read before the handler.
-func (c *consumer) markBatch(items []*item, pos []kgo.EpochOffset) {
+// element before the first one that is not done (markDone keeps the highest).
+func (c *consumer) markBatch(items []*item) {
 	if c.tracked || c.txnMode {
 		return
 	}
 	var stopped []*partState // partitions with an element not done: nothing after it is marked
-	for i, it := range items {
+	for _, it := range items {
 		switch {
 		case slices.Contains(stopped, it.ps):
 		case it.act != actDone:
 			stopped = append(stopped, it.ps)
 		default:
-			c.markDone(it, pos[i])
+			c.markDone(it)
 		}
 	}
 }
 
 func (c *consumer) recAttrs(it *item, attempt int, kv ...any) []any {
-	return append([]any{"topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset,
+	return append([]any{"topic", it.ps.topic, "partition", it.ps.partition, "offset", it.off,
 		"generation", it.ps.gen, "attempt", attempt}, kv...)
+}
+
+// panicError is the *PanicError of it's handler, which panicked with v (stack: its goroutine's).
+func (c *consumer) panicError(it *item, v any, stack []byte) *PanicError {
+	return &PanicError{Value: v, Stack: stack, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.off}
 }
 
 // debugStack is the stack of the calling goroutine, for a *PanicError.

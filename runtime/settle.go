@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/dlq"
 	"github.com/tidemark-io/tidemark/retry"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // resolve settles a handled record by its outcome and the registration's policy (DESIGN
@@ -73,12 +74,12 @@ func (c *consumer) retryCopy(it *item, ev *SettledEvent, after time.Duration) {
 		wait = max(c.cfg.backoff(ev.Attempt, ev.Err), 0)
 	}
 	due := time.Now().Add(wait)
-	cp := retry.Copy(it.rec, c.group, ev.Attempt, due) // its deliveries so far: in place and in aborted windows too
+	cp := retry.Copy(c.original(it), c.group, ev.Attempt, due) // its deliveries so far: in place and in aborted windows too
 	ctx := c.ctxOf(it)
 	if c.cfg.retryTo != "" {
 		cp.Topic = c.cfg.retryTo
 	} else { // the source partition, explicitly: keyless records stay on it too
-		cp.Topic, cp.Partition = it.rec.Topic, it.rec.Partition
+		cp.Topic, cp.Partition = it.ps.topic, it.ps.partition
 		ctx = pinned(ctx)
 	}
 	cp.Context = ctx
@@ -97,7 +98,7 @@ func (c *consumer) retryCopy(it *item, ev *SettledEvent, after time.Duration) {
 // deadLetter produces the record's dead-letter copy and completes the original once Kafka has
 // acknowledged it.
 func (c *consumer) deadLetter(it *item, ev *SettledEvent) {
-	rec := dlq.Record(it.rec, c.cfg.deadLetter, c.group, ev.Attempt, ev.Err)
+	rec := dlq.Record(c.original(it), c.cfg.deadLetter, c.group, ev.Attempt, ev.Err)
 	rec.Context = c.ctxOf(it)
 	if err := c.app.Publish(rec.Context, rec); err != nil {
 		c.produceFailed(it, ev, "dead-letter record", err)
@@ -106,6 +107,19 @@ func (c *consumer) deadLetter(it *item, ev *SettledEvent) {
 	ev.Reason, ev.Outcome = ev.Outcome, OutcomeDeadLetter
 	c.log.Warn("tidemark: record sent to the dead-letter topic", c.recAttrs(it, ev.Attempt, "err", ev.Err, "to", rec.Topic)...)
 	c.settle(it, ev)
+}
+
+// original returns it's record for a retry copy or a dead letter, with the topic, partition,
+// offset and leader epoch it had when admitted (a handler may have changed them: publishing the
+// record sets them); a copy if they changed.
+func (c *consumer) original(it *item) *kgo.Record {
+	r := it.rec
+	if r.Topic == it.ps.topic && r.Partition == it.ps.partition && r.Offset == it.off && r.LeaderEpoch == it.epoch {
+		return r
+	}
+	o := *r
+	o.Topic, o.Partition, o.Offset, o.LeaderEpoch = it.ps.topic, it.ps.partition, it.off, it.epoch
+	return &o
 }
 
 // produceFailed keeps a record whose copy could not be produced in flight and handles it again in

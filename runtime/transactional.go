@@ -393,12 +393,12 @@ func (c *consumer) countTxnTry(it *item, spent bool, cause error) {
 	if c.txnTried[key] == nil {
 		c.txnTried[key] = map[int64]int{}
 	}
-	c.txnTried[key][it.rec.Offset]++
+	c.txnTried[key][it.off]++
 	if spent {
 		if c.txnGone[key] == nil {
 			c.txnGone[key] = map[int64]error{}
 		}
-		c.txnGone[key][it.rec.Offset] = cmp.Or(cause, errSpentInWindow)
+		c.txnGone[key][it.off] = cmp.Or(cause, errSpentInWindow)
 	}
 }
 
