@@ -134,8 +134,7 @@ func (u *unit) busy() bool { return u.taken > 0 || u.parked || u.blocked }
 // keep them small: 88 bytes.
 type item struct {
 	rec     *kgo.Record // the handler's to read (and, against the docs, to change): the runtime reads off and epoch
-	off     int64       // rec's offset and leader epoch when admitted: what the runtime marks, counts and reports
-	epoch   int32
+	off     int64       // rec's offset when admitted: what the runtime marks, counts and reports
 	ps      *partState
 	u       *unit
 	timer   *time.Timer
@@ -143,6 +142,7 @@ type item struct {
 	slot    tracker.Delivery
 	wait    time.Duration // actPark: the backoff (set by the lane that handled it)
 	inPlace int32         // in-place retries so far
+	epoch   int32         // rec's leader epoch when admitted
 	act     action        // how finishTake finishes it (set by the lane that handled it)
 	control bool          // a transaction marker: settled without the handler
 	foreign bool          // a retry copy made by another group: settled without the handler
