@@ -430,15 +430,13 @@ func opCtx(testing.TB) (context.Context, context.CancelFunc) {
 // ErrClosed is returned (wrapped) by the helpers of a Cluster that was closed.
 var ErrClosed = errors.New("kfaketest: the cluster is closed")
 
-// usable returns ctx's error, or ErrClosed once the Cluster is closed: a closed kfake cluster
-// answers no request (its admin calls would block for good).
+// usable returns ctx's error, or ErrClosed once Close has begun: a closed kfake cluster answers
+// no request (its admin calls would block for good).
 func (c *Cluster) usable(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.closing.Err() != nil {
 		return ErrClosed
 	}
 	return nil

@@ -82,8 +82,9 @@ func (c *consumer) handlerExited(items []*item) {
 		attempt, _ := c.attempt(it)
 		c.log.Error("tidemark: handler called runtime.Goexit instead of returning", c.recAttrs(it, attempt, "stack", string(perr.Stack))...)
 		c.abortWindow(it.win, perr)
-		c.settled(&SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.off,
-			Generation: it.ps.gen, Attempt: attempt, Outcome: OutcomePanic, Err: perr})
+		ev := c.event(it, attempt)
+		ev.Outcome, ev.Err = OutcomePanic, perr
+		c.settled(&ev)
 		it.act = actHold
 	}
 	c.app.fail(perr)
