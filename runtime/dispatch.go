@@ -143,6 +143,7 @@ type item struct {
 	wait    time.Duration // actPark: the backoff (set by the lane that handled it)
 	inPlace int32         // in-place retries so far
 	epoch   int32         // rec's leader epoch when admitted
+	copies  int32         // rec's retry count when admitted (retry.Count): the deliveries before its copy
 	act     action        // how finishTake finishes it (set by the lane that handled it)
 	control bool          // a transaction marker: settled without the handler
 	foreign bool          // a retry copy made by another group: settled without the handler
@@ -343,7 +344,8 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 		it := d.newItemLocked(ps, len(recs)-i)
 		it.rec, it.off, it.epoch, it.ps, it.control = r, r.Offset, r.LeaderEpoch, ps, r.Attrs.IsControl()
 		var due time.Duration
-		if !it.control {
+		if !it.control && len(r.Headers) > 0 { // read here, where r is in the cache, not by the lane
+			it.copies = int32(retry.Count(r))
 			if g := retry.GroupOf(r); g != "" {
 				// A copy of this group is out of order by nature (DESIGN §3.3); another group's
 				// is settled in its place: out of order, Auto would mark past the records before it.
@@ -457,6 +459,15 @@ func (d *dispatcher) enqueueLocked(it *item, own *unit) {
 	}
 	it.u = u
 	n := cap(u.q)
+	if len(u.q) == n && u.buf != nil && 3*len(u.q) <= 2*cap(u.buf) {
+		// Takes have sliced q from its front up to its array's end, and a third of the array or
+		// more lies unused before it: move q back to the start instead of growing it (a queue fed
+		// at its end and taken from its front would otherwise allocate forever without emptying).
+		// Each move of len(q) records leaves room for len(q)/2 appends: O(1) per record.
+		k := copy(u.buf[:len(u.q)], u.q)
+		clear(u.buf[k:cap(u.buf)])
+		u.q = u.buf[:k]
+	}
 	if u.q = append(u.q, it); cap(u.q) != n {
 		u.buf = u.q[:0] // a new array, starting at u.q
 	}

@@ -104,6 +104,24 @@ func benchDispatch(b *testing.B, mode CommitMode) {
 // default options, and no Kafka: its lanes and committer run, records come only from d.push
 // (nothing is polled; its client never connects). stop stops it.
 func startBare(tb testing.TB, mode CommitMode, h Handler) (c *consumer, stop func()) {
+	c = newBare(tb, mode, h)
+	for range c.cfg.workers {
+		c.wg.Go(c.lane)
+	}
+	c.commDone = make(chan struct{})
+	c.wg.Go(c.committer)
+	return c, func() {
+		c.d.stop()
+		close(c.stopComm)
+		c.wg.Wait()
+		c.cutWork(nil)
+		c.cl.Close()
+	}
+}
+
+// newBare is startBare without the lanes and the committer: the caller takes and finishes records
+// itself (d.take, d.finishTake) and closes c.cl.
+func newBare(tb testing.TB, mode CommitMode, h Handler) *consumer {
 	a := New(Brokers("127.0.0.1:1"), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	parts := make([]int32, synthParts)
 	for p := range parts {
@@ -117,18 +135,7 @@ func startBare(tb testing.TB, mode CommitMode, h Handler) (c *consumer, stop fun
 	for _, p := range parts {
 		c.d.add(c.newPart(tp{"t", p}))
 	}
-	for range c.cfg.workers {
-		c.wg.Go(c.lane)
-	}
-	c.commDone = make(chan struct{})
-	c.wg.Go(c.committer)
-	return c, func() {
-		c.d.stop()
-		close(c.stopComm)
-		c.wg.Wait()
-		c.cutWork(nil)
-		c.cl.Close()
-	}
+	return c
 }
 
 // reportCPU starts measuring the process's CPU time; the returned func reports it per op.

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tidemark-io/tidemark/retry"
 	"github.com/tidemark-io/tidemark/tracker"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -182,7 +181,7 @@ func (c *consumer) event(it *item, attempt int) SettledEvent {
 // windows, plus 1. spent is, when its attempts were spent in an aborted window, the failure of
 // the attempt that spent them (what its handler returned, or its failed publish); nil otherwise.
 func (c *consumer) attempt(it *item) (attempt int, spent error) {
-	attempt = retry.Count(it.rec) + int(it.inPlace) + 1
+	attempt = int(it.copies) + int(it.inPlace) + 1
 	if it.win == nil {
 		return attempt, nil
 	}
