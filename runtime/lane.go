@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -180,14 +181,17 @@ func (c *consumer) event(it *item, attempt int) SettledEvent {
 // (copies), its in-place retries and, in the Transactional mode, its failed deliveries in aborted
 // windows, plus 1. spent is, when its attempts were spent in an aborted window, the failure of
 // the attempt that spent them (what its handler returned, or its failed publish); nil otherwise.
+// The sum saturates at math.MaxInt: a forged retry count of retry.MaxCount on a 32-bit platform
+// must not wrap to a negative attempt, which no MaxAttempts cap reaches.
 func (c *consumer) attempt(it *item) (attempt int, spent error) {
-	attempt = int(it.copies) + int(it.inPlace) + 1
-	if it.win == nil {
-		return attempt, nil
+	n := int64(it.copies) + int64(it.inPlace) + 1
+	if it.win != nil {
+		c.txnMu.Lock()
+		defer c.txnMu.Unlock()
+		n += int64(c.txnTried[it.ps.tp][it.off])
+		spent = c.txnGone[it.ps.tp][it.off]
 	}
-	c.txnMu.Lock()
-	defer c.txnMu.Unlock()
-	return attempt + c.txnTried[it.ps.tp][it.off], c.txnGone[it.ps.tp][it.off]
+	return int(min(n, math.MaxInt)), spent
 }
 
 // conclude settles a handled record by the error its handler (or its batch's, for its element)
