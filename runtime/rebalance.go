@@ -30,6 +30,7 @@ func (c *consumer) onAssigned(_ context.Context, _ *kgo.Client, added map[string
 // onRevoked runs DESIGN §3.7's revoke: stop dispatching the partitions' queued records, wait up to
 // RevokeDrainTimeout for their running handlers, mark what finished, CommitMarkedOffsets, then start
 // a new generation so late completions change nothing. It replaces franz-go's commit-on-revoke.
+// When the group is left at shutdown, Shutdown has drained and committed already: it only seals.
 func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	if len(revoked) == 0 {
 		return // cooperative groups call it with nothing at the end of every session
@@ -57,6 +58,11 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 		ps.cancel(errRevoked) // no-op for handlers that already returned
 	}
 	c.finalMarks(pss)
+	if c.closing.Load() {
+		// Leaving the group at shutdown: the partitions were marked and committed by Shutdown's
+		// final commit, with its own bound; another would pay that bound twice (DESIGN §3.7).
+		return
+	}
 	cctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	if err := c.commitMarked(cctx); err != nil {

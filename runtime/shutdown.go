@@ -18,11 +18,12 @@ var errShutdownBound = errors.New("tidemark: shutdown bound passed")
 // their contexts are cancelled); flush the producer; final marks and commit (with its own 5s
 // bound, run even when ctx is already done); leave the group (CloseAllowingRebalance). It returns
 // the joined errors of those steps (a Transactional last window that did not commit, ctx's error
-// wrapped when the drain's bound passed, ErrUnflushed, failed commits), once every goroutine the
-// App started has returned; a handler that ignores its cancelled ctx delays it. So a handler (or
-// an Observer method) must not call Shutdown and wait for it: Shutdown would wait for that
-// handler's own lane, forever; start it in a goroutine (go app.Shutdown(ctx)) and return. Later and concurrent calls wait for the first one
-// and return its result (or ctx's error if ctx ends first).
+// and its cause, if it has one, wrapped when the drain's bound passed, ErrUnflushed, failed
+// commits), once every goroutine the App started has returned; a handler that ignores its
+// cancelled ctx delays it. So a handler (or an Observer method) must not call Shutdown and wait
+// for it: Shutdown would wait for that handler's own lane, forever; start it in a goroutine (go
+// app.Shutdown(ctx)) and return. Later and concurrent calls wait for the first one and return its
+// result (or ctx's error if ctx ends first).
 func (a *App) Shutdown(ctx context.Context) error { return a.shutdown(ctx, callerUser) }
 
 // A caller says who runs a shutdown.
@@ -107,7 +108,7 @@ func (a *App) stopAll(ctx context.Context) error {
 	}
 	for _, c := range cs {
 		if err := c.d.waitIdle(ctx, nil); err != nil {
-			drainErr = fmt.Errorf("tidemark: drain: %w", err)
+			drainErr = fmt.Errorf("tidemark: drain: %w", ctxError(ctx))
 			for _, c := range cs {
 				c.cutWork(errShutdownBound)
 			}
@@ -147,6 +148,17 @@ func (a *App) stopAll(ctx context.Context) error {
 	return errors.Join(append(append(stopErrs, drainErr, flushErr), errs...)...)
 }
 
+// ctxError returns the error of ctx, which has ended: ctx.Err() (context.Canceled or
+// context.DeadlineExceeded), and its cause beside it when the cause differs (a ctx of
+// context.WithTimeoutCause or WithCancelCause), so that errors.Is finds either.
+func ctxError(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || errors.Is(cause, err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cause)
+}
+
 // stopPolling stops the poll loop and returns wait, which waits for it to return. A Transactional
 // poll loop first ends its window: once ctx (Shutdown's) has ended, its barrier stops waiting and
 // the window aborts (waitBarrier). wait's error says when that window aborted because its barrier
@@ -164,7 +176,7 @@ func (c *consumer) stopPolling(ctx context.Context) (wait func() error) {
 		var err error
 		switch {
 		case errors.Is(c.lastAbort, errShutdownBound):
-			err = fmt.Errorf("tidemark: %s: the last window aborted (its records are read again): %w", c.sub, context.Cause(ctx))
+			err = fmt.Errorf("tidemark: %s: the last window aborted (its records are read again): %w", c.sub, ctxError(ctx))
 		case errors.Is(c.lastAbort, errWindowStalled):
 			err = fmt.Errorf("tidemark: %s: the last window aborted (its records are read again): %w", c.sub, c.lastAbort)
 		}
