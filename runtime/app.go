@@ -61,10 +61,14 @@ type App struct {
 }
 
 // New returns an App configured by opts. It only records: Start validates and reports every
-// problem at once.
+// problem at once, a nil option among them (a *ConfigError naming New and its position, from 1).
 func New(opts ...Option) *App {
 	cfg := defaultAppConfig()
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil { // reported by Start
+			cfg.nilOpts = append(cfg.nilOpts, configErr("New", "option %d is nil", i+1))
+			continue
+		}
 		o.applyApp(&cfg)
 	}
 	log := cfg.logger

@@ -27,10 +27,14 @@ func (f BatchHandlerFunc) HandleBatch(ctx context.Context, ds []*Delivery) []err
 // one ready record plus the records already ready behind it in the same unit of order — the
 // partition under ByPartition, the key under ByKey, any partition under Unordered — never more
 // than n, never empty, and never waits for more (DESIGN §3.5). Like Handle it only records; Start
-// validates.
+// validates (a nil option: a *ConfigError naming HandleBatch and its position, from 1).
 func HandleBatch(app *App, sub Subscription, n int, h BatchHandler, opts ...HandleOption) {
 	cfg := defaultHandleConfig()
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil { // reported by Start
+			cfg.nilOpts = append(cfg.nilOpts, i+1)
+			continue
+		}
 		o.applyHandle(&cfg)
 	}
 	app.register(registration{sub: sub, batch: h, batchN: n, isBatch: true, cfg: cfg})

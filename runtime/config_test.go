@@ -249,6 +249,34 @@ func TestStartNamesATopicNamedTwiceAndABadPattern(t *testing.T) {
 	require.NoError(t, app.Shutdown(ctx))
 }
 
+// A nil option (a conditional option left unset in a slice) is a problem Start reports with the
+// others, naming where it was given and its position, not a nil-pointer panic in New, Handle or
+// franz-go (helper-64).
+func TestStartReportsNilOptions(t *testing.T) {
+	var none runtime.Option
+	var noHandleOpt runtime.HandleOption
+	var noKgo kgo.Opt
+	app := runtime.New(runtime.Brokers("127.0.0.1:1"), none, runtime.DefaultGroup("g"),
+		runtime.ClientOpts(kgo.ClientID("c"), noKgo), runtime.ProducerOpts(noKgo))
+	runtime.Handle(app, runtime.Topic("t").Config(kgo.FetchMaxWait(time.Second)).Config(noKgo), ack,
+		runtime.Workers(2), noHandleOpt)
+	runtime.HandleBatch(app, runtime.Topic("u"), 10,
+		runtime.BatchAll(func(context.Context, []*runtime.Delivery) error { return nil }), noHandleOpt)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	err := app.Start(ctx)
+	require.EqualError(t, err, "tidemark: New: option 2 is nil\n"+
+		"tidemark: ClientOpts: option 2 is nil\n"+
+		"tidemark: ProducerOpts: option 1 is nil\n"+
+		`tidemark: Topic("t"): Handle: option 2 is nil`+"\n"+
+		`tidemark: Topic("t").Config: option 2 is nil`+"\n"+
+		`tidemark: Topic("u"): HandleBatch: option 1 is nil`)
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "New", ce.Option)
+	require.NoError(t, app.Shutdown(ctx))
+}
+
 // Two registrations on one topic, in two groups: each problem names the registration with its
 // group, so that the two can be told apart.
 func TestStartNamesTheGroupOfASharedSubscription(t *testing.T) {

@@ -30,6 +30,7 @@ type handleConfig struct {
 	commitInterval     time.Duration // Transactional: window length
 	windowTimeout      time.Duration // Transactional: barrier bound
 	emptyTopics        []string      // options given "" as their topic: Start reports them
+	nilOpts            []int         // positions (from 1) of nil options: Start reports them
 }
 
 // noteEmpty remembers an option that named the empty topic, which would otherwise read as unset
@@ -54,10 +55,15 @@ func defaultHandleConfig() handleConfig {
 }
 
 // Handle registers h for the records of sub. It only records: Start validates and reports every
-// problem. Handle must be called before Start; it panics after.
+// problem, a nil option among them (a *ConfigError naming Handle and its position, from 1). Handle
+// must be called before Start; it panics after.
 func Handle(app *App, sub Subscription, h Handler, opts ...HandleOption) {
 	cfg := defaultHandleConfig()
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil { // reported by Start
+			cfg.nilOpts = append(cfg.nilOpts, i+1)
+			continue
+		}
 		o.applyHandle(&cfg)
 	}
 	app.register(registration{sub: sub, handler: h, cfg: cfg})

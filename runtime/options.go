@@ -27,6 +27,20 @@ type appConfig struct {
 	producerOpts       []kgo.Opt
 	queueTimeout       time.Duration
 	flushTimeout       time.Duration
+	nilOpts            []error // *ConfigErrors for nil options given to New, ClientOpts, ProducerOpts
+}
+
+// appendOpts appends opts to dst, leaving out nil ones: each is a *ConfigError naming option (its
+// position, from 1) in c.nilOpts, which Start reports (a nil kgo.Opt makes franz-go panic).
+func (c *appConfig) appendOpts(dst []kgo.Opt, option string, opts []kgo.Opt) []kgo.Opt {
+	for i, o := range opts {
+		if o == nil {
+			c.nilOpts = append(c.nilOpts, configErr(option, "option %d is nil", i+1))
+			continue
+		}
+		dst = append(dst, o)
+	}
+	return dst
 }
 
 func defaultAppConfig() appConfig {
@@ -57,9 +71,10 @@ func DefaultGroup(group string) Option {
 // BlockRebalanceOnPoll, the OnPartitions* callbacks, KeepControlRecords, ConsumerGroup,
 // ConsumeTopics) are applied after these and win; the isolation level (read_committed by default)
 // is applied before them, so it can be overridden, except by a Transactional subscription, which
-// always reads read_committed (DESIGN §3.10).
+// always reads read_committed (DESIGN §3.10). A nil option fails Start with a *ConfigError naming
+// ClientOpts and its position in this call, from 1.
 func ClientOpts(opts ...kgo.Opt) Option {
-	return appOption(func(c *appConfig) { c.clientOpts = append(c.clientOpts, opts...) })
+	return appOption(func(c *appConfig) { c.clientOpts = c.appendOpts(c.clientOpts, "ClientOpts", opts) })
 }
 
 // Logger sets the structured logger, overriding slog.Default(); a nil l keeps slog.Default().
@@ -124,9 +139,10 @@ func MaxPollRecords(n int) Option {
 // kgo.RecordPartitioner here or in ClientOpts partitions everything Tidemark's clients produce,
 // except retry copies going back to their source partition. QueueTimeout counts records against
 // MaxBufferedRecords; with kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded
-// by its ctx (and Shutdown), not by QueueTimeout.
+// by its ctx (and Shutdown), not by QueueTimeout. A nil option fails Start with a *ConfigError
+// naming ProducerOpts and its position in this call, from 1.
 func ProducerOpts(opts ...kgo.Opt) Option {
-	return appOption(func(c *appConfig) { c.producerOpts = append(c.producerOpts, opts...) })
+	return appOption(func(c *appConfig) { c.producerOpts = c.appendOpts(c.producerOpts, "ProducerOpts", opts) })
 }
 
 // QueueTimeout bounds how long Publish waits for buffer space (franz-go's MaxBufferedRecords,

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -96,6 +97,7 @@ type Subscription struct {
 	mode       CommitMode
 	start      StartOffset
 	opts       []kgo.Opt
+	nilOpts    []int // positions (from 1) of nil options given to Config: Start reports them
 }
 
 // Topic subscribes to one topic as a member of the subscription's consumer group.
@@ -137,9 +139,17 @@ func (s Subscription) Commit(m CommitMode) Subscription { s.mode = m; return s }
 func (s Subscription) Start(o StartOffset) Subscription { s.start = o; return s }
 
 // Config adds franz-go options for this subscription's client only, after the App's ClientOpts and
-// before the options the commit mode owns.
+// before the options the commit mode owns. A nil option fails Start with a *ConfigError naming
+// Config and its position among the options given to Config, from 1.
 func (s Subscription) Config(opts ...kgo.Opt) Subscription {
-	s.opts = append(append([]kgo.Opt(nil), s.opts...), opts...)
+	s.opts, s.nilOpts = slices.Clone(s.opts), slices.Clone(s.nilOpts)
+	for _, o := range opts {
+		if o == nil { // reported by Start (a nil kgo.Opt makes franz-go panic)
+			s.nilOpts = append(s.nilOpts, len(s.opts)+len(s.nilOpts)+1)
+			continue
+		}
+		s.opts = append(s.opts, o)
+	}
 	return s
 }
 

@@ -20,7 +20,7 @@ const (
 // validate checks every option before any I/O and returns all problems joined, each a *ConfigError
 // naming its option (DESIGN §3.10). prodErr is what the producer's checkOpts found.
 func validate(cfg appConfig, regs []registration, prodErr error) error {
-	var errs []error
+	errs := slices.Clone(cfg.nilOpts)
 	add := func(option, format string, args ...any) { errs = append(errs, configErr(option, format, args...)) }
 
 	if len(cfg.brokers) == 0 {
@@ -72,6 +72,16 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 		group := s.group
 		if s.kind != subPartitions && group == "" {
 			group = cfg.defaultGroup
+		}
+		registered := "Handle"
+		if r.isBatch {
+			registered = "HandleBatch"
+		}
+		for _, n := range r.cfg.nilOpts {
+			add(name+": "+registered, "option %d is nil", n)
+		}
+		for _, n := range s.nilOpts {
+			add(name+".Config", "option %d is nil", n)
 		}
 		switch {
 		case r.isBatch && (r.batchN < 1 || r.batchN > maxRecords):
