@@ -329,7 +329,7 @@ func (c *consumer) waitReady(ctx context.Context) error {
 
 // checkTopics fails Start when a subscribed, RetryTo, DeadLetter or Reply topic does not exist
 // (DESIGN §3.3), a Partitions subscription names a partition its topic does not have, or a Pattern
-// subscription would consume its own DeadLetter topic, naming the option and the topic, instead of
+// subscription would consume its own DeadLetter or Reply topic, naming the option and the topic, instead of
 // waiting for an assignment or records that never come, retrying a produce forever, or
 // dead-lettering its dead letters forever.
 func (a *App) checkTopics(ctx context.Context) error {
@@ -342,6 +342,10 @@ func (a *App) checkTopics(ctx context.Context) error {
 		if dl := c.cfg.deadLetter; dl != "" && c.sub.kind == subPattern && c.consumesByPattern(dl) {
 			errs = append(errs, configErr(c.sub.String()+": DeadLetter", "the pattern matches the dead-letter topic %q: "+
 				"every dead letter would be read again (exclude it with the pattern or kgo.ConsumeExcludeTopics)", dl))
+		}
+		if rt := c.cfg.replyTopic; rt != "" && c.sub.kind == subPattern && c.consumesByPattern(rt) {
+			errs = append(errs, configErr(c.sub.String()+": Reply", "the pattern matches the reply topic %q: "+
+				"every reply would be handled and replied to again (exclude it with the pattern or kgo.ConsumeExcludeTopics)", rt))
 		}
 	}
 	for _, c := range a.consumers {

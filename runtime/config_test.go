@@ -199,6 +199,13 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.HandleBatch(a, runtime.Topic("u"), 1<<21, runtime.BatchAll(nil))
 			},
 			[]string{"MaxPollRecords", `Topic("t"): Workers`, `Topic("t"): MaxInFlightPerPartition`, `Topic("u"): HandleBatch`}},
+		{"a reply topic the subscription reads (its topic, its retry topic)", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				echo := runtime.JSONReply(func(_ context.Context, v struct{}) (struct{}, error) { return v, nil })
+				runtime.Handle(a, runtime.Topic("t"), echo, runtime.Reply("t"))
+				runtime.Handle(a, runtime.Topic("u"), echo, runtime.Reply("u.retry"), runtime.RetryTo("u.retry"))
+			},
+			[]string{`Topic("t"): Reply`, `Topic("u"): Reply`}},
 		{"every problem at once", []runtime.Option{runtime.MaxPollRecords(-1)},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack, runtime.Workers(-2)) },
 			[]string{"Brokers", "MaxPollRecords", `Topic("t"): Workers`, `Topic("t").Group`}},
@@ -587,6 +594,29 @@ func TestStartRejectsAPatternThatReadsItsDeadLetterTopic(t *testing.T) {
 	app = runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
 	runtime.Handle(app, runtime.Pattern(`^ev\.`).Config(kgo.ConsumeExcludeTopics(`^ev\.dlq$`)), ack,
 		runtime.DeadLetter("ev.dlq"), runtime.RetryToSource())
+	require.NoError(t, app.Start(ctx))
+	require.NoError(t, app.Shutdown(ctx))
+}
+
+// Likewise a Pattern that matches its own Reply topic: every reply would be handled and replied to
+// again (helper-64).
+func TestStartRejectsAPatternThatReadsItsReplyTopic(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("ev.in", 1), kfaketest.Topic("ev.out", 1))
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	echo := runtime.JSONReply(func(_ context.Context, v struct{}) (struct{}, error) { return v, nil })
+
+	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Pattern(`^ev\.`), echo, runtime.Reply("ev.out"), runtime.RetryToSource())
+	err := app.Start(ctx)
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, `Pattern("^ev\\."): Reply`, ce.Option)
+	require.ErrorContains(t, err, `the pattern matches the reply topic "ev.out"`)
+	require.NoError(t, app.Shutdown(ctx))
+
+	app = runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Pattern(`^ev\.in$`), echo, runtime.Reply("ev.out"), runtime.RetryToSource())
 	require.NoError(t, app.Start(ctx))
 	require.NoError(t, app.Shutdown(ctx))
 }

@@ -150,7 +150,10 @@ func OnPanic(p PanicPolicy) HandleOption {
 	return handleOption(func(c *handleConfig) { c.panicPolicy = p })
 }
 
-// Reply names the topic a JSONReply handler publishes its results to (DESIGN §3.9).
+// Reply names the topic a JSONReply handler publishes its results to (DESIGN §3.9). Start fails (a
+// *ConfigError naming Reply) when the topic does not exist or is read by the subscription (one of
+// its topics, its RetryTo topic, or matched by its Pattern and not excluded with
+// kgo.ConsumeExcludeTopics): every reply would be handled, and replied to, again.
 func Reply(topic string) HandleOption {
 	return handleOption(func(c *handleConfig) { c.replyTopic = topic; c.noteEmpty("Reply", topic) })
 }

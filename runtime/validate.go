@@ -159,6 +159,10 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 				add(name+": DeadLetter", "the dead-letter topic %q is also the retry topic (RetryTo)", dl)
 			}
 		}
+		if rt := r.cfg.replyTopic; rt != "" && (slices.Contains(s.topics, rt) || rt == r.cfg.retryTo) {
+			// A Pattern's own: checkTopics. Every reply would be read again, and replied to.
+			add(name+": Reply", "the reply topic %q is read by the subscription: every reply would be handled and replied to again", rt)
+		}
 		switch s.kind {
 		case subTopics:
 			if len(s.topics) == 0 {
