@@ -125,7 +125,7 @@ func TestShutdownEndsAPublishWaitingForBufferedBytes(t *testing.T) {
 	require.Eventually(t, func() bool { return app.Pending() == 2 }, kfaketest.WaitTimeout, time.Millisecond)
 	err := app.Shutdown(ctx)
 	require.ErrorIs(t, err, runtime.ErrUnflushed)
-	require.ErrorContains(t, err, "2 records after 200ms")
+	require.ErrorContains(t, err, "2 records not acknowledged when the producer closed (FlushTimeout 200ms): context deadline exceeded")
 	require.Equal(t, int64(2), app.Unflushed())
 	wg.Wait()
 	close(errs)
