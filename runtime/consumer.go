@@ -69,6 +69,9 @@ type consumer struct {
 	wake       chan struct{}
 	wg         sync.WaitGroup // lanes and the committer
 	closing    atomic.Bool    // set before the client leaves the group at shutdown
+	// committedFinal: Shutdown's final commit succeeded, or passed its bound; written before
+	// closing is set, read after it is (onRevoked)
+	committedFinal bool
 
 	txnMu    sync.Mutex
 	txnTried map[tp]map[int64]int   // Transactional: failed deliveries per offset, across aborted windows

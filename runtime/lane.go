@@ -181,17 +181,22 @@ func (c *consumer) event(it *item, attempt int) SettledEvent {
 // (copies), its in-place retries and, in the Transactional mode, its failed deliveries in aborted
 // windows, plus 1. spent is, when its attempts were spent in an aborted window, the failure of
 // the attempt that spent them (what its handler returned, or its failed publish); nil otherwise.
-// The sum saturates at math.MaxInt: a forged retry count of retry.MaxCount on a 32-bit platform
-// must not wrap to a negative attempt, which no MaxAttempts cap reaches.
+// The sum saturates at math.MaxInt (attemptSum).
 func (c *consumer) attempt(it *item) (attempt int, spent error) {
-	n := int64(it.copies) + int64(it.inPlace) + 1
+	tried := 0
 	if it.win != nil {
 		c.txnMu.Lock()
 		defer c.txnMu.Unlock()
-		n += int64(c.txnTried[it.ps.tp][it.off])
-		spent = c.txnGone[it.ps.tp][it.off]
+		tried, spent = c.txnTried[it.ps.tp][it.off], c.txnGone[it.ps.tp][it.off]
 	}
-	return int(min(n, math.MaxInt)), spent
+	return int(attemptSum(math.MaxInt, int64(it.copies), int64(it.inPlace), int64(tried))), spent
+}
+
+// attemptSum returns copies + inPlace + tried + 1, at most limit (math.MaxInt for an int): a forged
+// retry count of retry.MaxCount on a 32-bit platform must not wrap to a negative attempt, which no
+// MaxAttempts cap reaches. The parts are not negative.
+func attemptSum(limit, copies, inPlace, tried int64) int64 {
+	return min(copies+inPlace+tried+1, limit)
 }
 
 // conclude settles a handled record by the error its handler (or its batch's, for its element)

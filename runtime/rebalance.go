@@ -30,7 +30,8 @@ func (c *consumer) onAssigned(_ context.Context, _ *kgo.Client, added map[string
 // onRevoked runs DESIGN §3.7's revoke: stop dispatching the partitions' queued records, wait up to
 // RevokeDrainTimeout for their running handlers, mark what finished, CommitMarkedOffsets, then start
 // a new generation so late completions change nothing. It replaces franz-go's commit-on-revoke.
-// When the group is left at shutdown, Shutdown has drained and committed already: it only seals.
+// When the group is left at shutdown, Shutdown has drained and committed already: it only seals,
+// and commits again only if Shutdown's commit was refused before its bound passed.
 func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	if len(revoked) == 0 {
 		return // cooperative groups call it with nothing at the end of every session
@@ -58,9 +59,10 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 		ps.cancel(errRevoked) // no-op for handlers that already returned
 	}
 	c.finalMarks(pss)
-	if c.closing.Load() {
-		// Leaving the group at shutdown: the partitions were marked and committed by Shutdown's
-		// final commit, with its own bound; another would pay that bound twice (DESIGN §3.7).
+	if c.closing.Load() && c.committedFinal {
+		// Leaving the group at shutdown: Shutdown's final commit succeeded, or passed its own
+		// bound, which another commit would pay twice (DESIGN §3.7). After a commit that was
+		// refused at once, this one tries again.
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, commitTimeout)

@@ -129,9 +129,13 @@ func (a *App) stopAll(ctx context.Context) error {
 	for _, c := range cs {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		c.finalMarks(c.d.owned())
-		if err := c.commitMarked(cctx); err != nil {
+		err := c.commitMarked(cctx)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("tidemark: %s: final commit: %w", c.sub, err))
 		}
+		// Leaving the group commits once more only after a commit that failed before its bound
+		// (a refusal): one that passed its bound would pay it twice (onRevoked).
+		c.committedFinal = err == nil || cctx.Err() != nil
 		cancel()
 	}
 	// 5. leave the group, then wait for every goroutine
@@ -148,13 +152,16 @@ func (a *App) stopAll(ctx context.Context) error {
 	return errors.Join(append(append(stopErrs, drainErr, flushErr), errs...)...)
 }
 
-// ctxError returns the error of ctx, which has ended: ctx.Err() (context.Canceled or
-// context.DeadlineExceeded), and its cause beside it when the cause differs (a ctx of
-// context.WithTimeoutCause or WithCancelCause), so that errors.Is finds either.
+// ctxError returns the error of ctx, which has ended, such that errors.Is finds both ctx.Err()
+// (context.Canceled or context.DeadlineExceeded) and its cause (a ctx of context.WithTimeoutCause
+// or WithCancelCause): the cause if it wraps ctx.Err() already, else both.
 func ctxError(ctx context.Context) error {
 	err, cause := ctx.Err(), context.Cause(ctx)
-	if cause == nil || errors.Is(cause, err) {
+	switch {
+	case cause == nil || cause == err:
 		return err
+	case errors.Is(cause, err):
+		return cause
 	}
 	return fmt.Errorf("%w: %w", err, cause)
 }

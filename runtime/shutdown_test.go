@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -32,19 +34,7 @@ func TestShutdownPaysTheFinalCommitsBoundOnce(t *testing.T) {
 	c.Kfake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.Kfake().KeepControl()
 		commits.Add(1)
-		r := req.(*kmsg.OffsetCommitRequest)
-		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range r.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.CoordinatorLoadInProgress.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return commitResponse(req, kerr.CoordinatorLoadInProgress), nil, true
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -58,29 +48,88 @@ func TestShutdownPaysTheFinalCommitsBoundOnce(t *testing.T) {
 }
 
 // Past the drain's bound, Shutdown's error wraps ctx's error and, for a ctx with a cause
-// (context.WithTimeoutCause), the cause too: errors.Is finds both. It wrapped only the cause, so
-// errors.Is(err, context.DeadlineExceeded) was false (helper-65).
+// (context.WithTimeoutCause), the cause too: errors.Is finds both, whether or not the cause wraps
+// ctx's error itself. It wrapped only the cause, so errors.Is(err, context.DeadlineExceeded) was
+// false for a plain cause (helper-65); and the first fix dropped a cause that wraps it (helper-67).
 func TestShutdownPastItsDrainBoundWrapsCtxErrorAndCause(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cause error
+		msg   string
+	}{
+		{"a plain cause", errors.New("grace period over"), "tidemark: drain: context deadline exceeded: grace period over"},
+		{"a cause wrapping DeadlineExceeded", fmt.Errorf("grace period over: %w", context.DeadlineExceeded),
+			"tidemark: drain: grace period over: context deadline exceeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			blocked := make(chan struct{})
+			var once sync.Once
+			app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+			runtime.Handle(app, runtime.Topic("in").Commit(runtime.Tracked),
+				runtime.HandlerFunc(func(ctx context.Context, _ *runtime.Delivery) error {
+					once.Do(func() { close(blocked) })
+					<-ctx.Done()
+					return ctx.Err()
+				}))
+			startNoCleanup(t, app)
+			c.ProduceValues(t, "in", 0, "a")
+			waitClosed(t, blocked, "the handler never ran")
+			ctx, cancel := context.WithTimeoutCause(context.Background(), 200*time.Millisecond, tc.cause)
+			defer cancel()
+			err := app.Shutdown(ctx)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.ErrorIs(t, err, tc.cause)
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
+
+// A final commit the coordinator refuses at once (a non-retriable error, before the 5 s bound) is
+// tried again as the client leaves the group, by the revoke callback: the 3 handled records are
+// committed, not read again after a restart. Shutdown still reports the refusal. Skipping every
+// commit on leaving (so that a commit past its bound is not paid twice) lost that retry
+// (helper-67).
+func TestShutdownCommitsAgainOnLeavingAfterARefusedFinalCommit(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	blocked := make(chan struct{})
-	var once sync.Once
+	var s seen
 	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
-	runtime.Handle(app, runtime.Topic("in").Commit(runtime.Tracked),
-		runtime.HandlerFunc(func(ctx context.Context, _ *runtime.Delivery) error {
-			once.Do(func() { close(blocked) })
-			<-ctx.Done()
-			return ctx.Err()
-		}))
+	runtime.Handle(app, runtime.Topic("in").Commit(runtime.Tracked).Config(kgo.AutoCommitInterval(time.Hour)), s.handler())
 	startNoCleanup(t, app)
-	c.ProduceValues(t, "in", 0, "a")
-	waitClosed(t, blocked, "the handler never ran")
-	grace := errors.New("grace period over")
-	ctx, cancel := context.WithTimeoutCause(context.Background(), 200*time.Millisecond, grace)
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	eventually(t, func() bool { return s.len() == 3 }, "3 records not handled")
+
+	var commits atomic.Int32
+	c.Kfake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.Kfake().KeepControl()
+		if commits.Add(1) > 1 {
+			return nil, nil, false // the coordinator answers
+		}
+		return commitResponse(req, kerr.OffsetMetadataTooLarge), nil, true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := app.Shutdown(ctx)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorIs(t, err, grace)
-	require.ErrorContains(t, err, "tidemark: drain: context deadline exceeded: grace period over")
+	require.ErrorIs(t, err, kerr.OffsetMetadataTooLarge, "the final commit's refusal")
+	require.Equal(t, int32(2), commits.Load(), "the final commit, then the leave's")
+	require.Equal(t, map[int32]int64{0: 3}, c.Committed(t, "g", "in"))
+}
+
+// commitResponse answers an OffsetCommit request with code for each of its partitions.
+func commitResponse(req kmsg.Request, code *kerr.Error) kmsg.Response {
+	r := req.(*kmsg.OffsetCommitRequest)
+	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+	for _, rt := range r.Topics {
+		st := kmsg.NewOffsetCommitResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewOffsetCommitResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, code.Code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 // startNoCleanup starts app; the test shuts it down itself.
