@@ -96,7 +96,16 @@ func (c *consumer) handlerExited(items []*item) {
 // that may no longer run (its partition was revoked or lost, the App is stopping, its
 // Transactional window aborted).
 // running is set to the record in the handler, or being settled after it (see lane).
+// Tracked: records acked on the fast path (handle) are completed with CompleteDeferred, and the
+// watermark moves past them once, when the take returns (a take is one unit: one partition).
 func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int {
+	if trk := items[0].ps.trk; trk != nil {
+		defer func() {
+			if trk.Advance() {
+				c.kick()
+			}
+		}()
+	}
 	for i, it := range items {
 		if i > 0 && !c.d.runnable(it) {
 			return i
@@ -113,7 +122,8 @@ func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int
 
 // handle runs one record through the handler and settles it (DESIGN §3.2, §3.8); it.act says how
 // the dispatcher must finish it. d is the lane's Delivery, filled anew for the call (nil: a new
-// one).
+// one); with one, handle may complete the record without moving the watermark
+// (CompleteDeferred): the caller moves it (handleTake).
 func (c *consumer) handle(it *item, d *Delivery) {
 	ps := it.ps
 	if it.control || it.foreign {
@@ -131,6 +141,7 @@ func (c *consumer) handle(it *item, d *Delivery) {
 		c.resolve(it, &ev, kindRetry, spent, 0)
 		return
 	}
+	inTake := d != nil // handleTake's: it moves the watermark after the take (Advance)
 	if d == nil {
 		d = new(Delivery)
 	}
@@ -144,7 +155,14 @@ func (c *consumer) handle(it *item, d *Delivery) {
 	}
 	perr, err := c.invoke(c.ctxOf(it), it, d)
 	if perr == nil && err == nil && it.win == nil && !c.observed {
-		c.complete(it) // acked, with no event to build: most records
+		// Acked, with no event to build: most records. In a take, Tracked's watermark moves past
+		// them once, after the take (handleTake).
+		if ps.trk != nil && inTake {
+			ps.trk.CompleteDeferred(it.slot)
+			it.act = actDone
+		} else {
+			c.complete(it)
+		}
 		return
 	}
 	ev := c.event(it, attempt)

@@ -40,7 +40,10 @@
 // One goroutine at a time per partition, the deliverer, calls Deliver, Reset and Span (the runtime
 // calls them from its poll loop and its lanes, serialised by its dispatcher's lock, which also
 // orders one call before the next). Complete may be called from
-// any goroutine at any time; Watermark, Moved, Oldest, InFlight and Generation too. Deliver and
+// any goroutine at any time; CompleteDeferred, Advance, Watermark, Moved, Oldest, InFlight and
+// Generation too. CompleteDeferred completes without moving the head: a goroutine completing many
+// deliveries in a row (the runtime's lane, a take of records in offset order) calls Advance once
+// after them, and readers move the head past whatever it left meanwhile. Deliver and
 // Complete take no lock and never wait: a delivery is a slot in the ring whose word packs its sequence
 // number and state, so a completion is one compare-and-swap, and the head of the ring advances by
 // compare-and-swap over completed slots. Readers take a consistent snapshot without blocking writers:

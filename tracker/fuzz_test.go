@@ -102,6 +102,12 @@ func joinLines(lines []string) string {
 
 // deliver delivers offset on both sides and checks the outcome.
 func (r *fuzzRun) deliver(offset int64, epoch int32) error {
+	if offset < 0 { // a rewind below 0: refused before anything changes
+		if _, err := r.p.Deliver(offset, epoch); !errors.Is(err, ErrOffset) {
+			return r.fail("deliver %d: want ErrOffset, got %v", offset, err)
+		}
+		return nil
+	}
 	h, any := r.m.highest()
 	rewind := any && offset <= h
 	if rewind {
@@ -128,7 +134,11 @@ func (r *fuzzRun) deliver(offset int64, epoch int32) error {
 }
 
 func (r *fuzzRun) complete(d Delivery, want Result) error {
-	if got := r.p.Complete(d); got != want {
+	return r.completeWith(r.p.Complete, d, want)
+}
+
+func (r *fuzzRun) completeWith(complete func(Delivery) Result, d Delivery, want Result) error {
+	if got := complete(d); got != want {
 		return r.fail("complete %d: want %v, got %v", d.Offset(), want, got)
 	}
 	return nil
@@ -146,7 +156,7 @@ func (r *fuzzRun) step() error {
 		}
 		r.log = append(r.log, fmt.Sprintf("deliver %d", offset))
 		return r.deliver(offset, int32(arg%3))
-	case 2, 3: // complete an in-flight delivery
+	case 2, 3: // complete an in-flight delivery (3: CompleteDeferred, moved past by the next reader)
 		var open []int
 		for i, d := range r.m.deliveries {
 			if !d.done {
@@ -158,8 +168,12 @@ func (r *fuzzRun) step() error {
 			return r.complete(Delivery{}, Stale)
 		}
 		i := open[int(arg)%len(open)]
-		r.log = append(r.log, fmt.Sprintf("complete %d", r.m.deliveries[i].offset))
 		r.m.deliveries[i].done = true
+		if op == 3 {
+			r.log = append(r.log, fmt.Sprintf("complete %d deferred", r.m.deliveries[i].offset))
+			return r.completeWith(r.p.CompleteDeferred, r.m.deliveries[i].token, Completed)
+		}
+		r.log = append(r.log, fmt.Sprintf("complete %d", r.m.deliveries[i].offset))
 		return r.complete(r.m.deliveries[i].token, Completed)
 	case 4: // complete a completed delivery again
 		var done []int

@@ -79,7 +79,10 @@ func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
 	seq := p.tail
 	if seq-p.headSeen >= p.capacity { // the head only moves up: look at it only when it may be full
 		if p.headSeen = p.head.Load(); seq-p.headSeen >= p.capacity {
-			return Delivery{}, ErrFull
+			p.advance() // past deliveries CompleteDeferred completed, if any
+			if p.headSeen = p.head.Load(); seq-p.headSeen >= p.capacity {
+				return Delivery{}, ErrFull
+			}
 		}
 	}
 	s := &p.ring[seq&p.mask]
@@ -101,7 +104,27 @@ func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
 // A token of another Partition (one removed and created again, say) reports Stale when its
 // sequence number or its offset differs from this Partition's delivery; one that matches both
 // cannot be told apart, so hand each token back to the Partition that issued it.
-func (p *Partition) Complete(d Delivery) Result {
+func (p *Partition) Complete(d Delivery) Result { return p.complete(d, true) }
+
+// CompleteDeferred is Complete without moving the watermark: the delivery is settled at once, with
+// Complete's Result, but the watermark moves past it only at the next [Partition.Advance], or when
+// a reader ([Partition.Watermark], [Partition.Moved], [Partition.Oldest]), a Complete of the
+// oldest delivery in flight or a Deliver that would find the ring full gets there first. It is for
+// a goroutine that completes many deliveries in a row, a lane handling a take of records in
+// offset order: one Advance after them moves the watermark once, where Complete moves it once per
+// delivery (a compare-and-swap on a cache line every completer and the deliverer read). Until
+// then [Partition.Span] counts the deliveries it left behind the watermark.
+func (p *Partition) CompleteDeferred(d Delivery) Result { return p.complete(d, false) }
+
+// Advance moves the watermark past the completed deliveries at its head, the ones CompleteDeferred
+// left there, and reports whether it moved. Safe from any goroutine.
+func (p *Partition) Advance() bool {
+	h := p.head.Load()
+	p.advance()
+	return p.head.Load() != h
+}
+
+func (p *Partition) complete(d Delivery, advance bool) Result {
 	if d.seq == 0 {
 		return Stale
 	}
@@ -112,7 +135,7 @@ func (p *Partition) Complete(d Delivery) Result {
 			return Stale // a token of another Partition (while in flight, a slot keeps its offset)
 		}
 		if s.word.CompareAndSwap(w, w&^stateMask|stateDone) {
-			if p.head.Load() == d.seq { // else the head is behind: whoever moves it up to here looks again
+			if advance && p.head.Load() == d.seq { // else the head is behind: whoever moves it up to here looks again
 				p.advance()
 			}
 			return Completed
@@ -131,8 +154,9 @@ func (p *Partition) Complete(d Delivery) Result {
 	}
 }
 
-// advance moves the head past completed slots. It is called by the completer of the slot at the head,
-// and by readers that find a completed slot there. Whoever moves the head looks again from the new
+// advance moves the head past completed slots. It is called by the completer of the slot at the head
+// (Complete, not CompleteDeferred), by Advance, by a Deliver that finds the ring full, and by
+// readers that find a completed slot there. Whoever moves the head looks again from the new
 // head, so a slot completed while the head was below it is never left behind: its completer saw a
 // head below its slot before the head reached it, hence after it completed the slot, and the
 // goroutine that moved the head there reads it afterwards. A goroutine whose compare-and-swap fails
@@ -177,7 +201,8 @@ func (p *Partition) newGeneration() {
 }
 
 // Span returns how many ring slots the partition uses: the deliveries from the oldest one still in
-// flight to the newest, completed ones behind the oldest included. Deliver returns ErrFull once it
+// flight to the newest, completed ones behind the oldest included (and, until the next Advance or
+// reader, completed ones CompleteDeferred left before it). Deliver returns ErrFull once it
 // reaches the capacity, so a caller that pauses the partition at a bound below the capacity minus
 // one poll never sees ErrFull (a record stuck in flight while later ones complete still fills the
 // ring). Like Deliver it belongs to the deliverer: call it from that goroutine, or serialised with

@@ -391,3 +391,51 @@ func TestSpanCountsFromTheOldestInFlight(t *testing.T) {
 	p.Reset()
 	require.Equal(t, 0, p.Span())
 }
+
+// CompleteDeferred completes at once but leaves the watermark's move to Advance: Span still counts
+// the deferred deliveries, Advance moves past them once and reports it, a reader (Watermark) moves
+// past them itself, and Complete of the oldest delivery passes the deferred ones behind it.
+func TestCompleteDeferredMovesTheWatermarkAtAdvance(t *testing.T) {
+	p := NewPartition(8)
+	ds := deliverAll(t, p, span(0, 5)...)
+	for o := range int64(3) {
+		require.Equal(t, Completed, p.CompleteDeferred(ds[o]))
+	}
+	require.Equal(t, Duplicate, p.CompleteDeferred(ds[1]))
+	require.Equal(t, 6, p.Span(), "nothing advanced yet")
+	require.Equal(t, 3, p.InFlight())
+	require.True(t, p.Advance())
+	require.Equal(t, 3, p.Span())
+	require.False(t, p.Advance(), "nothing more to move past")
+
+	require.Equal(t, Completed, p.CompleteDeferred(ds[3]))
+	require.Equal(t, int64(4), watermark(t, p), "a reader moves past a deferred completion")
+	require.Equal(t, 2, p.Span())
+
+	require.Equal(t, Completed, p.CompleteDeferred(ds[5]))
+	require.Equal(t, Completed, p.Complete(ds[4]), "the oldest, completed at once")
+	require.Equal(t, 0, p.Span(), "its Complete passed the deferred one behind it")
+	require.Equal(t, int64(6), watermark(t, p))
+}
+
+// A Deliver that finds the ring full of deliveries CompleteDeferred completed moves past them
+// instead of refusing: the ring is full only of deliveries in flight.
+func TestDeliverMovesPastDeferredCompletionsBeforeRefusing(t *testing.T) {
+	p := NewPartition(4)
+	ds := deliverAll(t, p, span(0, 3)...)
+	_, err := p.Deliver(4, 0)
+	require.ErrorIs(t, err, ErrFull)
+	for o := range int64(3) {
+		require.Equal(t, Completed, p.CompleteDeferred(ds[o]))
+	}
+	d, err := p.Deliver(4, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), d.Offset())
+	require.Equal(t, 2, p.Span(), "3 and 4 in flight")
+	_, err = p.Deliver(5, 0)
+	require.NoError(t, err)
+	_, err = p.Deliver(6, 0)
+	require.NoError(t, err)
+	_, err = p.Deliver(7, 0)
+	require.ErrorIs(t, err, ErrFull, "4 in flight: 3, 4, 5, 6")
+}
