@@ -22,13 +22,7 @@ import (
 // the group afterwards (CloseAllowingRebalance runs the revoke callback) does not commit again. It
 // did, with a fresh 5 s bound: Shutdown took 10 s and sent twice the commits (helper-65).
 func TestShutdownPaysTheFinalCommitsBoundOnce(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	var s seen
-	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
-	runtime.Handle(app, runtime.Topic("in").Commit(runtime.Tracked), s.handler())
-	startNoCleanup(t, app)
-	c.ProduceValues(t, "in", 0, "a", "b", "c")
-	eventually(t, func() bool { return s.len() == 3 }, "3 records not handled")
+	c, app := startWithThreeHandled(t)
 
 	var commits atomic.Int32
 	c.Kfake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -91,13 +85,7 @@ func TestShutdownPastItsDrainBoundWrapsCtxErrorAndCause(t *testing.T) {
 // commit on leaving (so that a commit past its bound is not paid twice) lost that retry
 // (helper-67).
 func TestShutdownCommitsAgainOnLeavingAfterARefusedFinalCommit(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	var s seen
-	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
-	runtime.Handle(app, runtime.Topic("in").Commit(runtime.Tracked).Config(kgo.AutoCommitInterval(time.Hour)), s.handler())
-	startNoCleanup(t, app)
-	c.ProduceValues(t, "in", 0, "a", "b", "c")
-	eventually(t, func() bool { return s.len() == 3 }, "3 records not handled")
+	c, app := startWithThreeHandled(t)
 
 	var commits atomic.Int32
 	c.Kfake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -130,6 +118,19 @@ func commitResponse(req kmsg.Request, code *kerr.Error) kmsg.Response {
 		resp.Topics = append(resp.Topics, st)
 	}
 	return resp
+}
+
+// startWithThreeHandled starts a Tracked App in group "g" on topic "in" (no autocommit in the
+// test's time) and returns once it has handled 3 records produced there; the test shuts it down.
+func startWithThreeHandled(t *testing.T) (*kfaketest.Cluster, *runtime.App) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	var s seen
+	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Topic("in").Commit(runtime.Tracked).Config(kgo.AutoCommitInterval(time.Hour)), s.handler())
+	startNoCleanup(t, app)
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	eventually(t, func() bool { return s.len() == 3 }, "3 records not handled")
+	return c, app
 }
 
 // startNoCleanup starts app; the test shuts it down itself.
