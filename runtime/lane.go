@@ -101,9 +101,8 @@ func (c *consumer) handlerExited(items []*item) {
 func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int {
 	if trk := items[0].ps.trk; trk != nil {
 		defer func() {
-			if trk.Advance() {
-				c.kick()
-			}
+			trk.Advance()
+			c.kick() // not only if Advance moved it: a reader (Oldest) may have moved it first
 		}()
 	}
 	for i, it := range items {

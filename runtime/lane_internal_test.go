@@ -2,6 +2,9 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	goruntime "runtime"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,4 +47,48 @@ func TestATakeMovesTrackedsWatermarkWhenItReturns(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, int64(10), wm.Offset)
 	c.d.finishTake(items, 10, 0)
+}
+
+// A take that stops early (an in-place retry of its 6th record) moves the watermark past the acked
+// records before it as it returns, and a take ended by a handler's runtime.Goexit too (before
+// laneExited finishes it): the Advance is deferred, not at the loop's end (helper-68).
+func TestATakeThatEndsEarlyMovesTrackedsWatermark(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func() error // what the handler of offset 5 does
+		span int          // in flight afterwards: offset 5 and after
+	}{
+		{"an in-place retry", func() error { return Retry(errors.New("again")) }, 5},
+		{"runtime.Goexit", func() error { goruntime.Goexit(); return nil }, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newBare(t, Tracked, HandlerFunc(func(_ context.Context, d *Delivery) error {
+				if d.Record().Offset == 5 {
+					return tc.stop()
+				}
+				return nil
+			}))
+			defer c.cl.Close()
+			defer c.d.stop()
+			recs := make([]*kgo.Record, 10)
+			for i := range recs {
+				recs[i] = &kgo.Record{Topic: "t", Partition: 0, Offset: int64(i)}
+			}
+			_, _, err := c.d.pushPart("t", 0, recs)
+			require.NoError(t, err)
+			ps := c.d.parts[tp{"t", 0}]
+			items, ok := c.d.take(nil, laneTake)
+			require.True(t, ok)
+			span := -1
+			var wg sync.WaitGroup
+			wg.Go(func() { // a lane of its own: Goexit ends it
+				defer func() { span = ps.trk.Span() }() // after handleTake's deferred Advance
+				var dl Delivery
+				var running []*item
+				c.handleTake(items, &dl, &running)
+			})
+			wg.Wait()
+			require.Equal(t, tc.span, span, "the watermark moved past 0..4 as the take ended")
+		})
+	}
 }

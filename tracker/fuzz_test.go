@@ -240,8 +240,13 @@ func (r *fuzzRun) step() error {
 	}
 }
 
-// check compares every reading of the Partition with the model.
+// check compares every reading of the Partition with the model. Span comes first: the reads after
+// it move the head past deferred completions (CompleteDeferred, op 3), which Span still counts, so
+// it may be above the model's span, never below (the head never passes a delivery in flight).
 func (r *fuzzRun) check() error {
+	if i := r.m.oldest(); i >= 0 && r.p.Span() < len(r.m.deliveries)-i {
+		return r.fail("span %d below the %d deliveries from the oldest in flight", r.p.Span(), len(r.m.deliveries)-i)
+	}
 	want, wantOK := r.m.watermark()
 	got, ok := r.p.Watermark()
 	if ok != wantOK || got != want {

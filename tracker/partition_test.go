@@ -1,7 +1,11 @@
 package tracker
 
 import (
+	"math/rand/v2"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -438,4 +442,142 @@ func TestDeliverMovesPastDeferredCompletionsBeforeRefusing(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Deliver(7, 0)
 	require.ErrorIs(t, err, ErrFull, "4 in flight: 3, 4, 5, 6")
+}
+
+// Lanes complete takes with CompleteDeferred and call Advance once per take (one take in four uses
+// Complete), and nothing reads (Watermark, Moved, Oldest) until the end, so only Advance and
+// Deliver move the head. The ring is small, so slots are reused all the time, and the deliverer
+// resets and rewinds now and then. Once every lane is done, Span is 0 before any reader runs: no
+// deferred completion was left behind, which rests on advance looking again after a move
+// (helper-68).
+func TestDeferredCompletionsAreNeverLeftBehind(t *testing.T) {
+	for round := range 10 {
+		p := NewPartition(8)
+		inbox := make(chan []Delivery, 4)
+		var wg sync.WaitGroup
+		for w := range 3 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(w), uint64(round)))
+				for take := range inbox {
+					complete := p.CompleteDeferred
+					if rng.IntN(4) == 0 {
+						complete = p.Complete
+					}
+					for _, d := range take {
+						complete(d)
+						if rng.IntN(8) == 0 {
+							runtime.Gosched()
+						}
+					}
+					p.Advance()
+				}
+			})
+		}
+		rng := rand.New(rand.NewPCG(9, uint64(round)))
+		var off int64
+		var take []Delivery
+		flush := func() {
+			if len(take) > 0 {
+				inbox <- take
+				take = nil
+			}
+		}
+		for i := range 50_000 {
+			if rng.IntN(5000) == 0 {
+				if rng.IntN(2) == 0 {
+					p.Reset()
+				} else {
+					off = max(off-int64(rng.IntN(5)), 0) // a rewind, or the highest again
+				}
+			}
+			d, err := p.Deliver(off, 0)
+			deadline := time.Now().Add(10 * time.Second)
+			for err != nil {
+				flush()
+				runtime.Gosched()
+				require.False(t, time.Now().After(deadline), "round %d, delivery %d: ErrFull for 10 s: span %d, in flight %d", round, i, p.Span(), p.InFlight())
+				d, err = p.Deliver(off, 0)
+			}
+			off++
+			if take = append(take, d); len(take) == 1+rng.IntN(4) {
+				flush()
+			}
+		}
+		flush()
+		close(inbox)
+		wg.Wait()
+		require.Equal(t, 0, p.Span(), "round %d: a deferred completion was left behind (in flight %d)", round, p.InFlight())
+		require.Equal(t, off, watermark(t, p), "round %d", round)
+	}
+}
+
+// Deliveries, Complete, CompleteDeferred, Advance and Reset in random order against a model, with
+// no reader between the steps: Deliver refuses exactly when the deliveries from the oldest in flight
+// fill the capacity, Span after Advance is that count, Span is never below it (the head never
+// passes a delivery in flight), and InFlight is exact (helper-68).
+func TestDeferredCompletionsAgainstAModel(t *testing.T) {
+	for seed := range 500 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 77))
+		capacity := 1 + rng.IntN(9)
+		p := NewPartition(capacity)
+		type delivery struct {
+			d    Delivery
+			done bool
+		}
+		var ds []delivery // this generation's
+		var off int64
+		span := func() int { // from the oldest in flight to the newest
+			for i, x := range ds {
+				if !x.done {
+					return len(ds) - i
+				}
+			}
+			return 0
+		}
+		for step := range 300 {
+			switch op := rng.IntN(10); {
+			case op < 4:
+				d, err := p.Deliver(off, 0)
+				full := span() >= capacity
+				require.Equal(t, full, err != nil, "seed %d step %d: deliver (span %d, Span %d): %v", seed, step, span(), p.Span(), err)
+				if err == nil {
+					ds = append(ds, delivery{d: d})
+					off++
+				}
+			case op < 8:
+				var open []int
+				for i, x := range ds {
+					if !x.done {
+						open = append(open, i)
+					}
+				}
+				if len(open) == 0 {
+					continue
+				}
+				i := open[rng.IntN(len(open))]
+				ds[i].done = true
+				complete := p.Complete
+				if op < 6 {
+					complete = p.CompleteDeferred
+				}
+				require.Equal(t, Completed, complete(ds[i].d), "seed %d step %d", seed, step)
+			case op == 8:
+				p.Advance()
+				require.Equal(t, span(), p.Span(), "seed %d step %d: span after Advance", seed, step)
+			default:
+				if rng.IntN(3) == 0 {
+					p.Reset()
+					ds = nil
+				}
+			}
+			n := 0
+			for _, x := range ds {
+				if !x.done {
+					n++
+				}
+			}
+			require.Equal(t, n, p.InFlight(), "seed %d step %d: in flight", seed, step)
+			require.GreaterOrEqual(t, p.Span(), span(), "seed %d step %d: the head passed a delivery in flight", seed, step)
+		}
+	}
 }
