@@ -329,9 +329,9 @@ func (c *consumer) waitReady(ctx context.Context) error {
 
 // checkTopics fails Start when a subscribed, RetryTo, DeadLetter or Reply topic does not exist
 // (DESIGN §3.3), a Partitions subscription names a partition its topic does not have, or a Pattern
-// subscription would consume its own DeadLetter or Reply topic, naming the option and the topic, instead of
-// waiting for an assignment or records that never come, retrying a produce forever, or
-// dead-lettering its dead letters forever.
+// subscription would consume its own DeadLetter or Reply topic, naming the option and the topic,
+// instead of waiting for an assignment or records that never come, retrying a produce forever, or
+// dead-lettering its dead letters (replying to its replies) forever.
 func (a *App) checkTopics(ctx context.Context) error {
 	type use struct{ option, topic string }
 	var (

@@ -319,8 +319,8 @@ func (p *producer) shut() error {
 	cl.Close() // fails what is buffered, sent or blocked in Produce: franz-go finishes every promise
 	p.sent.Wait()
 	if n := p.unflushed.Load(); n > 0 {
-		return fmt.Errorf("%w: %d records not acknowledged when the producer closed (FlushTimeout %s): %w", ErrUnflushed, n, p.app.cfg.flushTimeout,
-			cmp.Or(flushErr, kgo.ErrClientClosed))
+		return fmt.Errorf("%w: %d records not acknowledged when the producer closed (FlushTimeout %s): %w",
+			ErrUnflushed, n, p.app.cfg.flushTimeout, cmp.Or(flushErr, kgo.ErrClientClosed))
 	}
 	return nil
 }
