@@ -42,6 +42,9 @@ type Partition struct {
 	start atomic.Uint64
 	// reported is the key (see Partition.read) of the last watermark Moved returned; 0 for none.
 	reported atomic.Uint64
+	// beforeMove, a test hook, runs in advance between its scan and its compare-and-swap of the
+	// head; nil outside tests.
+	beforeMove func()
 }
 
 // NewPartition returns an empty Partition in generation 1 whose ring holds capacity deliveries (the
@@ -172,7 +175,13 @@ func (p *Partition) advance() {
 			}
 			n++
 		}
-		if n == h || !p.head.CompareAndSwap(h, n) {
+		if n == h {
+			return
+		}
+		if p.beforeMove != nil {
+			p.beforeMove()
+		}
+		if !p.head.CompareAndSwap(h, n) {
 			return
 		}
 	}

@@ -581,3 +581,24 @@ func TestDeferredCompletionsAgainstAModel(t *testing.T) {
 		}
 	}
 }
+
+// The slot completed while another goroutine moves the head up to it is not left behind: the
+// mover looks again from the new head. Here the holder of the oldest delivery (0) completes it and
+// scans up to 1, still in flight; before its compare-and-swap, delivery 1 completes (Complete sees
+// the head at 0, below its slot, so it leaves the move to the mover). Without the second look the
+// head stopped at 1, completed, and Span kept counting it until some later move or read.
+func TestAMoverLooksAgainPastASlotCompletedDuringItsMove(t *testing.T) {
+	p := NewPartition(8)
+	ds := deliverAll(t, p, span(0, 2)...)
+	once := false
+	p.beforeMove = func() {
+		if !once {
+			once = true
+			require.Equal(t, Completed, p.Complete(ds[1]))
+		}
+	}
+	require.Equal(t, Completed, p.Complete(ds[0]))
+	p.beforeMove = nil
+	require.Equal(t, 1, p.Span(), "only 2 is in flight")
+	require.Equal(t, int64(2), watermark(t, p))
+}
