@@ -233,15 +233,22 @@ func ConnectContext(ctx context.Context, brokers []string, opts ...Option) (*Clu
 // reach asks the brokers for their list, again every 100 ms while none can be dialed (brokers
 // starting beside the tests), until ctx ends: then ctx's error, with the last dial error.
 func (c *Cluster) reach(ctx context.Context) error {
+	var last error // the last dial error
 	for {
 		_, err := c.adm.ListBrokers(ctx)
 		var op *net.OpError
-		if err == nil || !errors.As(err, &op) || op.Op != "dial" || ctx.Err() != nil {
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil && last != nil: // err is ctx's own, most likely
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), last)
+		case ctx.Err() != nil || !errors.As(err, &op) || op.Op != "dial":
 			return err
 		}
+		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
