@@ -663,7 +663,8 @@ func TestStartWaitsForAClusterThatIsNotUpYet(t *testing.T) {
 	require.NoError(t, ln.Close())
 	lone := runtime.New(runtime.Brokers(none), runtime.Logger(testLogger()))
 	runtime.Handle(lone, runtime.Topic("in").Group("g"), ack)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// long enough for a first dial to fail on a loaded machine
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	err = lone.Start(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
