@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -91,9 +92,9 @@ func (c *consumer) markLocked(offs map[string]map[int32]kgo.EpochOffset) {
 }
 
 // commitManual commits the pending positions of manual partitions into the subscription's group
-// with kadm: what markMoved and finalMarks handed to markLocked. A failed
-// commit's positions stay pending for the next one (unless newer ones replaced them) and its
-// error is returned.
+// with kadm: what markMoved and finalMarks handed to markLocked. Each partition the cluster
+// acknowledged is reported with a Committed event; a failed one's position stays pending for the
+// next commit (unless a newer one replaced it) and the first error is returned.
 func (c *consumer) commitManual(ctx context.Context) error {
 	if c.adm == nil {
 		return nil
@@ -110,53 +111,90 @@ func (c *consumer) commitManual(ctx context.Context) error {
 		os.Add(kadm.Offset{Topic: k.topic, Partition: k.partition, At: eo.Offset, LeaderEpoch: eo.Epoch})
 	}
 	resp, err := c.adm.CommitOffsets(ctx, c.group, os)
+	failed := pending // what stays pending: everything after a failed request
 	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		c.manualMu.Lock()
-		if c.manualPending == nil {
-			c.manualPending = make(map[tp]kgo.EpochOffset)
-		}
-		for k, eo := range pending {
-			if _, newer := c.manualPending[k]; !newer {
-				c.manualPending[k] = eo
+		failed = nil
+		resp.Each(func(r kadm.OffsetResponse) {
+			k := tp{r.Topic, r.Partition}
+			switch {
+			case r.Err == nil:
+				c.obs.Committed(CommittedEvent{Group: c.group, Topic: r.Topic, Partition: r.Partition, Offset: pending[k].Offset})
+			default:
+				if failed == nil {
+					failed = make(map[tp]kgo.EpochOffset)
+					err = r.Err
+				}
+				failed[k] = pending[k]
 			}
+		})
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	c.manualMu.Lock()
+	if c.manualPending == nil {
+		c.manualPending = make(map[tp]kgo.EpochOffset)
+	}
+	for k, eo := range failed {
+		if _, newer := c.manualPending[k]; !newer {
+			c.manualPending[k] = eo
 		}
-		c.manualMu.Unlock()
-		return fmt.Errorf("tidemark: commit of manual partitions to group %q: %w", c.group, err)
 	}
-	for k, eo := range pending {
-		c.obs.Committed(CommittedEvent{Group: c.group, Topic: k.topic, Partition: k.partition, Offset: eo.Offset})
-	}
-	return nil
+	c.manualMu.Unlock()
+	return fmt.Errorf("tidemark: commit of manual partitions to group %q: %w", c.group, err)
 }
 
-// commitMarked commits franz-go's marks synchronously (revoke and shutdown) and reports them.
+// commitMarked commits franz-go's marks synchronously (revoke and shutdown) and reports each
+// partition the cluster acknowledged with a Committed event, those of a commit that failed for
+// others included. It returns the partitions' errors joined, or the request's, except for a
+// partition the cluster says does not exist (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID: its
+// topic was deleted, as a topic a Pattern subscription reads may be), which is logged at Warn:
+// there is no offset left to keep. Its records were handled; were the topic only unknown for a
+// moment, they would be read again after a restart (at-least-once holds).
 func (c *consumer) commitMarked(ctx context.Context) error {
 	if c.manual {
 		return c.commitManual(ctx)
 	}
 	marked := c.cl.MarkedOffsets()
+	if len(marked) == 0 {
+		return nil
+	}
 	// franz-go waits for the autocommits before this one without looking at ctx
 	// (commitOffsetsSync), and against brokers that stopped answering they retry for minutes: wait
 	// here for ctx at most. The commit goes on, and ends at the latest when the client closes.
-	done := make(chan error, 1)
-	go func() { done <- c.cl.CommitMarkedOffsets(ctx) }()
+	type result struct {
+		resp *kmsg.OffsetCommitResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go c.cl.CommitOffsetsSync(ctx, marked, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		done <- result{resp, err}
+	})
+	var r result
 	select {
-	case err := <-done:
-		if err != nil {
-			return err
-		}
+	case r = <-done:
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-	for t, ps := range marked {
-		for p, eo := range ps {
-			c.obs.Committed(CommittedEvent{Group: c.group, Topic: t, Partition: p, Offset: eo.Offset})
+	if r.err != nil {
+		return r.err
+	}
+	var errs []error
+	for _, t := range r.resp.Topics {
+		for _, p := range t.Partitions {
+			switch err := kerr.ErrorForCode(p.ErrorCode); {
+			case err == nil:
+				if eo, ok := marked[t.Topic][p.Partition]; ok {
+					c.obs.Committed(CommittedEvent{Group: c.group, Topic: t.Topic, Partition: p.Partition, Offset: eo.Offset})
+				}
+			case errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID):
+				c.log.Warn("tidemark: offset not committed: the topic no longer exists", "topic", t.Topic, "partition", p.Partition, "err", err)
+			default:
+				errs = append(errs, fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, err))
+			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // onAutoCommit reports what franz-go's autocommit committed.

@@ -111,6 +111,7 @@ type observer struct {
 	paused    []runtime.PausedEvent
 	rebal     []runtime.RebalancedEvent
 	inflight  []runtime.InFlightEvent
+	committed []runtime.CommittedEvent
 	onRebal   func(runtime.RebalancedEvent)
 	onSettled func(runtime.SettledEvent) // called after recording each event
 }
@@ -139,6 +140,25 @@ func (o *observer) InFlight(e runtime.InFlightEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.inflight = append(o.inflight, e)
+}
+
+func (o *observer) Committed(e runtime.CommittedEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.committed = append(o.committed, e)
+}
+
+// lastCommitted returns the offset of the last Committed event of topic's partition p, -1 if none.
+func (o *observer) lastCommitted(topic string, p int32) int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	last := int64(-1)
+	for _, e := range o.committed {
+		if e.Topic == topic && e.Partition == p {
+			last = e.Offset
+		}
+	}
+	return last
 }
 
 func (o *observer) Delivered(e runtime.DeliveredEvent) {

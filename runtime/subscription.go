@@ -113,8 +113,9 @@ func Topics(names ...string) Subscription {
 // Pattern subscribes to every topic whose name matches regex (Go RE2 syntax, anchored: it must start
 // with "^"). Topics created later join when the client next refreshes metadata, every
 // kgo.MetadataMaxAge (franz-go's default 5m; set it with Config). Start returns once metadata has
-// loaded, even if nothing matches yet. As for Topics, its registration must name RetryTo(topic) or
-// RetryToSource().
+// loaded, even if nothing matches yet. A matched topic deleted while it is read has no offsets
+// left to commit: a revoke's or Shutdown's commit logs its partitions at Warn and does not fail
+// for them. As for Topics, its registration must name RetryTo(topic) or RetryToSource().
 func Pattern(regex string) Subscription { return Subscription{kind: subPattern, pattern: regex} }
 
 // Partitions reads the given partitions of topic directly, without group membership (franz-go
