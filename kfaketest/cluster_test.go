@@ -295,3 +295,23 @@ func TestStartCreatesTopicsAndFailsCleanly(t *testing.T) {
 	_, err = kfaketest.Start(kfaketest.Topic("bad", 0))
 	require.Error(t, err)
 }
+
+// A partition added after the helper client loaded the topic (kadm CreatePartitions) takes
+// records once the client has refreshed its metadata; it failed at once ("invalid record
+// partitioning choice of 3 from 2 available", helper-69). A partition the topic does not have
+// still fails at once.
+func TestProduceToAPartitionAddedLater(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2))
+	c.ProduceValues(t, "in", 1, "before")
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreatePartitions(t.Context(), 2, "in")
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	got := c.ProduceValues(t, "in", 3, "x", "y")
+	require.Equal(t, []int64{0, 1}, offsets(got))
+	require.Equal(t, map[int32]int64{0: 0, 1: 1, 2: 0, 3: 2}, c.HighWatermarks(t, "in"))
+	_, err = c.ProduceToContext(t.Context(), 9, &kgo.Record{Topic: "in"})
+	require.ErrorContains(t, err, "invalid record partitioning choice")
+}

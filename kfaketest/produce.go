@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Produce writes the records synchronously and returns them (the same pointers) with Partition
@@ -51,7 +54,9 @@ func (c *Cluster) ProduceTo(t testing.TB, partition int32, recs ...*kgo.Record) 
 }
 
 // ProduceToContext is ProduceTo for programs. A partition the topic does not have fails the
-// record with franz-go's "invalid record partitioning choice" error.
+// record with franz-go's "invalid record partitioning choice" error. A partition added since the
+// helper client last loaded the topic's metadata (kadm CreatePartitions) is written once the
+// client has refreshed it (up to 2 s).
 func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ...*kgo.Record) ([]*kgo.Record, error) {
 	ctx, stop, err := c.bind(ctx)
 	if err != nil {
@@ -61,7 +66,62 @@ func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ..
 	for _, r := range recs {
 		pin(ctx, r, partition)
 	}
-	return produceSync(ctx, c.cl, recs)
+	out, err := produceSync(ctx, c.cl, recs)
+	if err == nil || !unknownPartition(err) || !c.hasPartitions(ctx, recs, partition) {
+		return out, err
+	}
+	// Every record was refused before it was sent (they share the partition, and the client's
+	// view of it): none was written, so all are produced again once the client knows it.
+	c.cl.ForceMetadataRefresh()
+	for range 40 {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("produce: %w", context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if out, err = produceSync(ctx, c.cl, recs); err == nil || !unknownPartition(err) {
+			return out, err
+		}
+	}
+	return out, err
+}
+
+// unknownPartition reports whether err is franz-go's refusal of a record pinned to a partition
+// its metadata does not have (an unexported error: matched by its text).
+func unknownPartition(err error) bool {
+	return strings.Contains(err.Error(), "invalid record partitioning choice")
+}
+
+// hasPartitions reports whether the cluster says every record's topic has partition: a metadata
+// request sent to a broker directly (the client's own requests may be answered from its cache,
+// MetadataMinAge); false if it cannot tell.
+func (c *Cluster) hasPartitions(ctx context.Context, recs []*kgo.Record, partition int32) bool {
+	brokers := c.cl.DiscoveredBrokers()
+	if len(brokers) == 0 {
+		return false
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if !seen[r.Topic] {
+			seen[r.Topic] = true
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr(r.Topic)
+			req.Topics = append(req.Topics, rt)
+		}
+	}
+	resp, err := req.RequestWith(ctx, brokers[0])
+	if err != nil {
+		return false
+	}
+	for _, t := range resp.Topics {
+		if t.ErrorCode != 0 || !slices.ContainsFunc(t.Partitions, func(p kmsg.MetadataResponseTopicPartition) bool {
+			return p.Partition == partition
+		}) {
+			return false
+		}
+	}
+	return len(resp.Topics) == len(seen)
 }
 
 // ProduceValues writes one keyless record per value to the topic's partition, in order, and
