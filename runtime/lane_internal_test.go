@@ -18,20 +18,7 @@ import (
 // tracker here (no committer runs), so only the take itself can have moved it.
 func TestATakeMovesTrackedsWatermarkWhenItReturns(t *testing.T) {
 	handled := 0
-	c := newBare(t, Tracked, HandlerFunc(func(context.Context, *Delivery) error { handled++; return nil }))
-	defer c.cl.Close()
-	defer c.d.stop()
-	recs := make([]*kgo.Record, 10)
-	for i := range recs {
-		recs[i] = &kgo.Record{Topic: "t", Partition: 0, Offset: int64(i)}
-	}
-	_, _, err := c.d.pushPart("t", 0, recs)
-	require.NoError(t, err)
-	ps := c.d.parts[tp{"t", 0}]
-	require.Equal(t, 10, ps.trk.Span())
-
-	items, ok := c.d.take(nil, laneTake)
-	require.True(t, ok)
+	c, ps, items := takeTen(t, HandlerFunc(func(context.Context, *Delivery) error { handled++; return nil }))
 	require.Len(t, items, 10)
 	var dl Delivery
 	var running []*item
@@ -62,23 +49,12 @@ func TestATakeThatEndsEarlyMovesTrackedsWatermark(t *testing.T) {
 		{"runtime.Goexit", func() error { goruntime.Goexit(); return nil }, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newBare(t, Tracked, HandlerFunc(func(_ context.Context, d *Delivery) error {
+			c, ps, items := takeTen(t, HandlerFunc(func(_ context.Context, d *Delivery) error {
 				if d.Record().Offset == 5 {
 					return tc.stop()
 				}
 				return nil
 			}))
-			defer c.cl.Close()
-			defer c.d.stop()
-			recs := make([]*kgo.Record, 10)
-			for i := range recs {
-				recs[i] = &kgo.Record{Topic: "t", Partition: 0, Offset: int64(i)}
-			}
-			_, _, err := c.d.pushPart("t", 0, recs)
-			require.NoError(t, err)
-			ps := c.d.parts[tp{"t", 0}]
-			items, ok := c.d.take(nil, laneTake)
-			require.True(t, ok)
 			span := -1
 			var wg sync.WaitGroup
 			wg.Go(func() { // a lane of its own: Goexit ends it
@@ -91,4 +67,25 @@ func TestATakeThatEndsEarlyMovesTrackedsWatermark(t *testing.T) {
 			require.Equal(t, tc.span, span, "the watermark moved past 0..4 as the take ended")
 		})
 	}
+}
+
+// takeTen pushes offsets 0..9 of partition 0 to a Tracked consumer without lanes (newBare) with
+// handler h and takes them as a lane would; the consumer stops when the test ends.
+func takeTen(t *testing.T, h Handler) (*consumer, *partState, []*item) {
+	c := newBare(t, Tracked, h)
+	t.Cleanup(func() {
+		c.d.stop()
+		c.cl.Close()
+	})
+	recs := make([]*kgo.Record, 10)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Partition: 0, Offset: int64(i)}
+	}
+	_, _, err := c.d.pushPart("t", 0, recs)
+	require.NoError(t, err)
+	ps := c.d.parts[tp{"t", 0}]
+	require.Equal(t, 10, ps.trk.Span())
+	items, ok := c.d.take(nil, laneTake)
+	require.True(t, ok)
+	return c, ps, items
 }
