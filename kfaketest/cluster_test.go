@@ -315,3 +315,23 @@ func TestProduceToAPartitionAddedLater(t *testing.T) {
 	_, err = c.ProduceToContext(t.Context(), 9, &kgo.Record{Topic: "in"})
 	require.ErrorContains(t, err, "invalid record partitioning choice")
 }
+
+// A produce whose records were partly written is never produced again: records of two topics,
+// where the helper client knows partition 3 of "a" but not the one just added to "b", fail with
+// "b"'s refusal and "a"'s record is written once. Produced again whole, it was written twice
+// (helper-70).
+func TestProduceToAPartitionAddedLaterNeverWritesTwice(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("a", 4), kfaketest.Topic("b", 2))
+	c.ProduceValues(t, "a", 3, "warm-a") // the helper client loads both topics
+	c.ProduceValues(t, "b", 1, "warm-b")
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreatePartitions(t.Context(), 2, "b")
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+
+	_, err = c.ProduceToContext(t.Context(), 3, &kgo.Record{Topic: "a", Value: []byte("x")}, &kgo.Record{Topic: "b", Value: []byte("y")})
+	require.ErrorContains(t, err, `produce to "b": invalid record partitioning choice`)
+	require.Equal(t, map[int32]int64{0: 0, 1: 0, 2: 0, 3: 2}, c.HighWatermarks(t, "a"), "the warm-up and x, once")
+}

@@ -56,7 +56,9 @@ func (c *Cluster) ProduceTo(t testing.TB, partition int32, recs ...*kgo.Record) 
 // ProduceToContext is ProduceTo for programs. A partition the topic does not have fails the
 // record with franz-go's "invalid record partitioning choice" error. A partition added since the
 // helper client last loaded the topic's metadata (kadm CreatePartitions) is written once the
-// client has refreshed it (up to 2 s).
+// client has refreshed it (up to 2 s), if every record was refused: records are never produced
+// twice, so a call that wrote some of them (another topic's, or the refresh landed during an
+// attempt) fails, saying how many were written.
 func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ...*kgo.Record) ([]*kgo.Record, error) {
 	ctx, stop, err := c.bind(ctx)
 	if err != nil {
@@ -66,12 +68,12 @@ func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ..
 	for _, r := range recs {
 		pin(ctx, r, partition)
 	}
-	out, err := produceSync(ctx, c.cl, recs)
-	if err == nil || !unknownPartition(err) || !c.hasPartitions(ctx, recs, partition) {
-		return out, err
+	errs, err := produceEach(ctx, c.cl, recs)
+	if err != nil || !allUnknownPartition(errs) || !c.hasPartitions(ctx, recs, partition) {
+		return produced(recs, errs, err)
 	}
-	// Every record was refused before it was sent (they share the partition, and the client's
-	// view of it): none was written, so all are produced again once the client knows it.
+	// Every record was refused before it was sent, none written: the client has not loaded the
+	// partition yet. Produce them all again once it has; never again after any was written.
 	c.cl.ForceMetadataRefresh()
 	for range 40 {
 		select {
@@ -79,11 +81,44 @@ func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ..
 			return nil, fmt.Errorf("produce: %w", context.Cause(ctx))
 		case <-time.After(50 * time.Millisecond):
 		}
-		if out, err = produceSync(ctx, c.cl, recs); err == nil || !unknownPartition(err) {
-			return out, err
+		if errs, err = produceEach(ctx, c.cl, recs); err != nil || !allUnknownPartition(errs) {
+			break
 		}
 	}
-	return out, err
+	if out, perr := produced(recs, errs, err); perr == nil || err != nil {
+		return out, perr
+	}
+	written := 0
+	for _, e := range errs {
+		if e == nil {
+			written++
+		}
+	}
+	// The client loaded the partition while this attempt was under way: producing the refused
+	// records now would put them after the written ones.
+	return nil, fmt.Errorf("%d of %d records written, the rest refused (not produced again): %w",
+		written, len(recs), firstErr(errs))
+}
+
+// firstErr returns the first non-nil error of errs.
+func firstErr(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// allUnknownPartition reports whether every record failed with franz-go's refusal of a partition
+// its metadata does not have: none was sent.
+func allUnknownPartition(errs []error) bool {
+	for _, err := range errs {
+		if err == nil || !unknownPartition(err) {
+			return false
+		}
+	}
+	return len(errs) > 0
 }
 
 // unknownPartition reports whether err is franz-go's refusal of a record pinned to a partition
@@ -252,28 +287,41 @@ func (c *Cluster) waitMarkers(ctx context.Context, recs []*kgo.Record) error {
 // holds it), so the wait selects on ctx itself. Only then may records still be in flight (franz-go
 // sets their Partition and Offset when they finish): the caller must not touch them.
 func produceSync(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) ([]*kgo.Record, error) {
-	done := make(chan error, len(recs))
-	for _, r := range recs {
+	errs, err := produceEach(ctx, cl, recs)
+	return produced(recs, errs, err)
+}
+
+// produceEach produces recs and waits for every record's outcome: errs[i] is recs[i]'s (nil once
+// acknowledged), naming its topic. err is ctx's, if it ended first (records may still be in
+// flight).
+func produceEach(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) ([]error, error) {
+	errs := make([]error, len(recs)) // written by the promises, which may outlive a ctx that ends
+	done := make(chan struct{}, len(recs))
+	for i, r := range recs {
 		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
-				err = fmt.Errorf("produce to %q: %w", r.Topic, err)
+				errs[i] = fmt.Errorf("produce to %q: %w", r.Topic, err)
 			}
-			done <- err
+			done <- struct{}{}
 		})
 	}
-	var first error
 	for range recs {
 		select {
-		case err := <-done:
-			if first == nil {
-				first = err
-			}
+		case <-done:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("produce: %w (records may still be in flight)", context.Cause(ctx))
 		}
 	}
-	if first != nil {
-		return nil, first
+	return errs, nil
+}
+
+// produced returns recs, or the first error: err, else the first record's.
+func produced(recs []*kgo.Record, errs []error, err error) ([]*kgo.Record, error) {
+	if err != nil {
+		return nil, err
+	}
+	if e := firstErr(errs); e != nil {
+		return nil, e
 	}
 	return recs, nil
 }
