@@ -146,11 +146,12 @@ func (c *consumer) commitManual(ctx context.Context) error {
 
 // commitMarked commits franz-go's marks synchronously (revoke and shutdown) and reports each
 // partition the cluster acknowledged with a Committed event, those of a commit that failed for
-// others included. It returns the partitions' errors joined, or the request's, except for a
-// partition the cluster says does not exist (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID: its
-// topic was deleted, as a topic a Pattern subscription reads may be), which is logged at Warn:
-// there is no offset left to keep. Its records were handled; were the topic only unknown for a
-// moment, they would be read again after a restart (at-least-once holds).
+// others included. It returns the partitions' errors joined, or the request's, except for the
+// partitions of a topic that no longer exists (UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_TOPIC_ID,
+// and a broker asked directly does not know the topic either: it was deleted, as a topic a
+// Pattern subscription reads may be), which are logged at Warn: there is no offset left to keep.
+// A coordinator that only lags behind a topic's creation answers the same codes for a topic that
+// exists: that is a failure.
 func (c *consumer) commitMarked(ctx context.Context) error {
 	if c.manual {
 		return c.commitManual(ctx)
@@ -180,6 +181,7 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 		return r.err
 	}
 	var errs []error
+	unknown := map[string][]error{} // by topic: partitions the cluster said it does not know
 	for _, t := range r.resp.Topics {
 		for _, p := range t.Partitions {
 			switch err := kerr.ErrorForCode(p.ErrorCode); {
@@ -188,13 +190,38 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 					c.obs.Committed(CommittedEvent{Group: c.group, Topic: t.Topic, Partition: p.Partition, Offset: eo.Offset})
 				}
 			case errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID):
-				c.log.Warn("tidemark: offset not committed: the topic no longer exists", "topic", t.Topic, "partition", p.Partition, "err", err)
+				unknown[t.Topic] = append(unknown[t.Topic], fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, err))
 			default:
 				errs = append(errs, fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, err))
 			}
 		}
 	}
+	for topic, terrs := range unknown {
+		if c.topicGone(ctx, topic) {
+			c.log.Warn("tidemark: offsets not committed: the topic no longer exists", "topic", topic, "err", errors.Join(terrs...))
+			continue
+		}
+		errs = append(errs, terrs...) // a coordinator behind on the topic's creation, say: a failure
+	}
 	return errors.Join(errs...)
+}
+
+// topicGone reports whether the cluster says topic does not exist, asking a broker directly (the
+// client's own metadata requests may be answered from its cache); false if it cannot tell.
+func (c *consumer) topicGone(ctx context.Context, topic string) bool {
+	brokers := c.cl.DiscoveredBrokers()
+	if len(brokers) == 0 {
+		return false
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, brokers[0])
+	if err != nil || len(resp.Topics) != 1 {
+		return false
+	}
+	return resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
 }
 
 // onAutoCommit reports what franz-go's autocommit committed.

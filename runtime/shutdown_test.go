@@ -140,3 +140,16 @@ func startNoCleanup(t *testing.T, app *runtime.App) {
 	defer cancel()
 	require.NoError(t, app.Start(ctx))
 }
+
+// A coordinator that answers the final commit with UNKNOWN_TOPIC_OR_PARTITION for a topic that
+// exists (one behind on the topic's creation) refused it: the leave's commit tries again and the
+// handled records are committed. Taken for a deleted topic's answer, the refusal was logged and
+// swallowed, and the offsets never committed (helper-70).
+func TestAnUnknownTopicAnswerForATopicThatExistsIsARefusal(t *testing.T) {
+	c, app := startWithThreeHandled(t)
+	c.FailCommit("g", 1, kerr.UnknownTopicOrPartition)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	require.ErrorIs(t, app.Shutdown(ctx), kerr.UnknownTopicOrPartition, "the final commit's refusal")
+	require.Equal(t, map[int32]int64{0: 3}, c.Committed(t, "g", "in"), "committed as the group was left")
+}

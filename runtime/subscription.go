@@ -115,7 +115,7 @@ func Topics(names ...string) Subscription {
 // kgo.MetadataMaxAge (franz-go's default 5m; set it with Config). Start returns once metadata has
 // loaded, even if nothing matches yet. A matched topic deleted while it is read has no offsets
 // left to commit: a revoke's or Shutdown's commit logs its partitions at Warn and does not fail
-// for them. As for Topics, its registration must name RetryTo(topic) or RetryToSource().
+// for them (once a broker confirms the topic is gone). As for Topics, its registration must name RetryTo(topic) or RetryToSource().
 func Pattern(regex string) Subscription { return Subscription{kind: subPattern, pattern: regex} }
 
 // Partitions reads the given partitions of topic directly, without group membership (franz-go
