@@ -1,9 +1,11 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -113,20 +115,21 @@ func (c *consumer) commitManual(ctx context.Context) error {
 	resp, err := c.adm.CommitOffsets(ctx, c.group, os)
 	failed := pending // what stays pending: everything after a failed request
 	if err == nil {
-		failed = nil
+		failed = maps.Clone(pending) // a partition the response leaves out stays pending too
 		resp.Each(func(r kadm.OffsetResponse) {
 			k := tp{r.Topic, r.Partition}
-			switch {
-			case r.Err == nil:
-				c.obs.Committed(CommittedEvent{Group: c.group, Topic: r.Topic, Partition: r.Partition, Offset: pending[k].Offset})
-			default:
-				if failed == nil {
-					failed = make(map[tp]kgo.EpochOffset)
-					err = r.Err
-				}
-				failed[k] = pending[k]
+			if r.Err != nil {
+				err = cmp.Or(err, r.Err)
+				return
+			}
+			if eo, ok := pending[k]; ok {
+				delete(failed, k)
+				c.obs.Committed(CommittedEvent{Group: c.group, Topic: r.Topic, Partition: r.Partition, Offset: eo.Offset})
 			}
 		})
+		if len(failed) > 0 && err == nil {
+			err = errors.New("the response left partitions out")
+		}
 	}
 	if len(failed) == 0 {
 		return nil
