@@ -303,16 +303,11 @@ func TestStartCreatesTopicsAndFailsCleanly(t *testing.T) {
 func TestProduceToAPartitionAddedLater(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 2))
 	c.ProduceValues(t, "in", 1, "before")
-	cl, err := kgo.NewClient(c.ClientOpts()...)
-	require.NoError(t, err)
-	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreatePartitions(t.Context(), 2, "in")
-	require.NoError(t, err)
-	require.NoError(t, resp.Error())
+	addPartitions(t, c, "in", 2)
 	got := c.ProduceValues(t, "in", 3, "x", "y")
 	require.Equal(t, []int64{0, 1}, offsets(got))
 	require.Equal(t, map[int32]int64{0: 0, 1: 1, 2: 0, 3: 2}, c.HighWatermarks(t, "in"))
-	_, err = c.ProduceToContext(t.Context(), 9, &kgo.Record{Topic: "in"})
+	_, err := c.ProduceToContext(t.Context(), 9, &kgo.Record{Topic: "in"})
 	require.ErrorContains(t, err, "invalid record partitioning choice")
 }
 
@@ -324,14 +319,20 @@ func TestProduceToAPartitionAddedLaterNeverWritesTwice(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("a", 4), kfaketest.Topic("b", 2))
 	c.ProduceValues(t, "a", 3, "warm-a") // the helper client loads both topics
 	c.ProduceValues(t, "b", 1, "warm-b")
+	addPartitions(t, c, "b", 2)
+
+	_, err := c.ProduceToContext(t.Context(), 3, &kgo.Record{Topic: "a", Value: []byte("x")}, &kgo.Record{Topic: "b", Value: []byte("y")})
+	require.ErrorContains(t, err, `produce to "b": invalid record partitioning choice`)
+	require.Equal(t, map[int32]int64{0: 0, 1: 0, 2: 0, 3: 2}, c.HighWatermarks(t, "a"), "the warm-up and x, once")
+}
+
+// addPartitions adds n partitions to topic with a client of its own (kadm CreatePartitions).
+func addPartitions(t *testing.T, c *kfaketest.Cluster, topic string, n int) {
+	t.Helper()
 	cl, err := kgo.NewClient(c.ClientOpts()...)
 	require.NoError(t, err)
 	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreatePartitions(t.Context(), 2, "b")
+	resp, err := kadm.NewClient(cl).CreatePartitions(t.Context(), n, topic)
 	require.NoError(t, err)
 	require.NoError(t, resp.Error())
-
-	_, err = c.ProduceToContext(t.Context(), 3, &kgo.Record{Topic: "a", Value: []byte("x")}, &kgo.Record{Topic: "b", Value: []byte("y")})
-	require.ErrorContains(t, err, `produce to "b": invalid record partitioning choice`)
-	require.Equal(t, map[int32]int64{0: 0, 1: 0, 2: 0, 3: 2}, c.HighWatermarks(t, "a"), "the warm-up and x, once")
 }
