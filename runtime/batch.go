@@ -130,8 +130,7 @@ func (c *consumer) handleBatch(items []*item, running *[]*item) {
 	for i, it := range work {
 		attempt := attempts[i]
 		ds[i] = &Delivery{rec: it.rec, group: c.group, generation: it.ps.gen, attempt: attempt}
-		evs[i] = SettledEvent{Group: c.group, Topic: it.ps.topic, Partition: it.ps.partition, Offset: it.off,
-			Generation: it.ps.gen, Attempt: attempt}
+		evs[i] = c.event(it, attempt)
 	}
 	ctx, cancel := c.batchContext(work)
 	defer cancel()
