@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"regexp"
 	"strconv"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/probe"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -236,13 +236,12 @@ func (c *Cluster) reach(ctx context.Context) error {
 	var last error // the last dial error
 	for {
 		_, err := c.adm.ListBrokers(ctx)
-		var op *net.OpError
 		switch {
 		case err == nil:
 			return nil
 		case ctx.Err() != nil && last != nil: // err is ctx's own, most likely
 			return fmt.Errorf("%w (last: %w)", ctx.Err(), last)
-		case ctx.Err() != nil || !errors.As(err, &op) || op.Op != "dial":
+		case ctx.Err() != nil || !probe.DialFailed(err):
 			return err
 		}
 		last = err

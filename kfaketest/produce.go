@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/probe"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -127,26 +128,18 @@ func unknownPartition(err error) bool {
 	return strings.Contains(err.Error(), "invalid record partitioning choice")
 }
 
-// hasPartitions reports whether the cluster says every record's topic has partition: a metadata
-// request sent to a broker directly (the client's own requests may be answered from its cache,
-// MetadataMinAge); false if it cannot tell.
+// hasPartitions reports whether the cluster says every record's topic has partition, asking a
+// broker directly (the client's own metadata requests may be answered from its cache); false if
+// it cannot tell.
 func (c *Cluster) hasPartitions(ctx context.Context, recs []*kgo.Record, partition int32) bool {
-	brokers := c.cl.DiscoveredBrokers()
-	if len(brokers) == 0 {
-		return false
-	}
-	req := kmsg.NewPtrMetadataRequest()
-	seen := map[string]bool{}
+	var topics []string
 	for _, r := range recs {
-		if !seen[r.Topic] {
-			seen[r.Topic] = true
-			rt := kmsg.NewMetadataRequestTopic()
-			rt.Topic = kmsg.StringPtr(r.Topic)
-			req.Topics = append(req.Topics, rt)
+		if !slices.Contains(topics, r.Topic) {
+			topics = append(topics, r.Topic)
 		}
 	}
-	resp, err := req.RequestWith(ctx, brokers[0])
-	if err != nil {
+	resp, err := probe.Metadata(ctx, c.cl, topics...)
+	if err != nil || len(resp.Topics) != len(topics) {
 		return false
 	}
 	for _, t := range resp.Topics {
@@ -156,7 +149,7 @@ func (c *Cluster) hasPartitions(ctx context.Context, recs []*kgo.Record, partiti
 			return false
 		}
 	}
-	return len(resp.Topics) == len(seen)
+	return true
 }
 
 // ProduceValues writes one keyless record per value to the topic's partition, in order, and

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/probe"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -412,7 +412,7 @@ func (a *App) listTopics(ctx context.Context, names []string) (kadm.TopicDetails
 			return details, nil
 		case ctx.Err() != nil && last != nil: // err is ctx's own, most likely
 			return nil, errors.Join(context.Cause(ctx), last)
-		case ctx.Err() != nil || !dialFailed(err):
+		case ctx.Err() != nil || !probe.DialFailed(err):
 			return nil, err
 		}
 		last = err
@@ -425,13 +425,6 @@ func (a *App) listTopics(ctx context.Context, names []string) (kadm.TopicDetails
 			return nil, errors.Join(context.Cause(ctx), last)
 		}
 	}
-}
-
-// dialFailed reports whether err is a failure to dial a broker: no connection at all (refused,
-// unreachable, a timeout, a name that does not resolve), not one a broker's TLS answered.
-func dialFailed(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // register records a Handle or HandleBatch call. Registering after Start is a programming error: it

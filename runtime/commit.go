@@ -8,6 +8,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/probe"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -212,19 +213,8 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 // topicGone reports whether the cluster says topic does not exist, asking a broker directly (the
 // client's own metadata requests may be answered from its cache); false if it cannot tell.
 func (c *consumer) topicGone(ctx context.Context, topic string) bool {
-	brokers := c.cl.DiscoveredBrokers()
-	if len(brokers) == 0 {
-		return false
-	}
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, brokers[0])
-	if err != nil || len(resp.Topics) != 1 {
-		return false
-	}
-	return resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
+	resp, err := probe.Metadata(ctx, c.cl, topic)
+	return err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
 }
 
 // onAutoCommit reports what franz-go's autocommit committed.
