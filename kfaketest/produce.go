@@ -59,7 +59,7 @@ func (c *Cluster) ProduceTo(t testing.TB, partition int32, recs ...*kgo.Record) 
 // helper client last loaded the topic's metadata (kadm CreatePartitions) is written once the
 // client has refreshed it (up to 2 s), if every record was refused: records are never produced
 // twice, so a call that wrote some of them (another topic's, or the refresh landed during an
-// attempt) fails, saying how many were written.
+// attempt) fails with the refusal.
 func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ...*kgo.Record) ([]*kgo.Record, error) {
 	ctx, stop, err := c.bind(ctx)
 	if err != nil {
@@ -83,32 +83,10 @@ func (c *Cluster) ProduceToContext(ctx context.Context, partition int32, recs ..
 		case <-time.After(50 * time.Millisecond):
 		}
 		if errs, err = produceEach(ctx, c.cl, recs); err != nil || !allUnknownPartition(errs) {
-			break
+			break // written, or some were: those refused now stay so (they would follow the written)
 		}
 	}
-	if out, perr := produced(recs, errs, err); perr == nil || err != nil {
-		return out, perr
-	}
-	written := 0
-	for _, e := range errs {
-		if e == nil {
-			written++
-		}
-	}
-	// The client loaded the partition while this attempt was under way: producing the refused
-	// records now would put them after the written ones.
-	return nil, fmt.Errorf("%d of %d records written, the rest refused (not produced again): %w",
-		written, len(recs), firstErr(errs))
-}
-
-// firstErr returns the first non-nil error of errs.
-func firstErr(errs []error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
+	return produced(recs, errs, err)
 }
 
 // allUnknownPartition reports whether every record failed with franz-go's refusal of a partition
@@ -313,8 +291,10 @@ func produced(recs []*kgo.Record, errs []error, err error) ([]*kgo.Record, error
 	if err != nil {
 		return nil, err
 	}
-	if e := firstErr(errs); e != nil {
-		return nil, e
+	for _, e := range errs {
+		if e != nil {
+			return nil, e
+		}
 	}
 	return recs, nil
 }
