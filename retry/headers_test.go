@@ -76,3 +76,33 @@ func TestCountIsCapped(t *testing.T) {
 	r := &kgo.Record{Headers: []kgo.RecordHeader{{Key: CountHeader, Value: []byte("9223372036854775807")}}}
 	require.Equal(t, MaxCount, Count(r))
 }
+
+// A not-before value that is not a decimal int64 reads as none (the copy is due at once); one that
+// parses, however far off, is kept as it is (docs/retries-and-dead-letters.md, Parked copies).
+func TestNotBeforeReadsOnlyADecimalInt64(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		ms    int64
+		ok    bool
+	}{
+		{"1800000000000", 1_800_000_000_000, true},
+		{"-5", -5, true},
+		{"+5", 5, true},
+		{"9223372036854775807", 9223372036854775807, true},
+		{"9223372036854775808", 0, false}, // one past int64
+		{"99999999999999999999", 0, false},
+		{"", 0, false},
+		{" 5", 0, false},
+		{"5ms", 0, false},
+		{"0x10", 0, false},
+	} {
+		r := &kgo.Record{Headers: []kgo.RecordHeader{{Key: NotBeforeHeader, Value: []byte(tc.value)}}}
+		nb, ok := NotBefore(r)
+		require.Equal(t, tc.ok, ok, "%q", tc.value)
+		if tc.ok {
+			require.Equal(t, time.UnixMilli(tc.ms), nb, "%q", tc.value)
+		} else {
+			require.Equal(t, time.Time{}, nb, "%q", tc.value)
+		}
+	}
+}
