@@ -1084,9 +1084,12 @@ func (d *dispatcher) allPauseExpired() {
 }
 
 // delayLocked pauses ps until until (a retry copy on it is not due before then) and resumes it
-// afterwards, unless back-pressure still holds it (Transactional, DESIGN §3.4).
+// afterwards, unless back-pressure still holds it (Transactional, DESIGN §3.4). Once dispatching
+// stopped, or ps was revoked or lost, it does nothing: a copy whose produce returned after that
+// must not arm a timer that stop no longer sees, which would pause and resume a partition, and
+// report it, after the App stopped (helper-72).
 func (d *dispatcher) delayLocked(ps *partState, until time.Time) {
-	if !until.After(ps.delayed) {
+	if d.stopped || ps.closed.Load() || !until.After(ps.delayed) {
 		return
 	}
 	ps.delayed = until
