@@ -462,3 +462,54 @@ func TestABacklogDelaysOtherPartitionsBoundedly(t *testing.T) {
 	require.GreaterOrEqual(t, at1.Load(), int64(0))
 	require.Less(t, at1.Load(), int64(350), "partition 1 waited for partition 0's backlog")
 }
+
+// Parked retry copies are held records under MaxInFlight, on a retry topic too: three copies of
+// partition 0's records, parked on in.retry for 3 s under MaxInFlight(3), leave the subscription no
+// room. A record produced to partition 1 once they are parked is handled only after the first copy
+// fell due, not at once (MaxInFlight's doc).
+func TestMaxInFlightCountsParkedRetryCopies(t *testing.T) {
+	const delay = 3 * time.Second // room for the copies to be parked on a loaded machine
+	c := kfaketest.New(t, kfaketest.Topic("in", 2), kfaketest.Topic("in.retry", 1))
+	c.ProduceValues(t, "in", 0, "a", "b", "c")
+	var mu sync.Mutex
+	handled := map[string]time.Time{} // value/attempt → when its handler was called
+	obs := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			mu.Lock()
+			handled[fmt.Sprintf("%s/%d", d.Record().Value, d.Attempt())] = time.Now()
+			mu.Unlock()
+			if d.Record().Partition == 0 && d.Record().Topic == "in" {
+				return runtime.RetryAfter(delay, errors.New("later"))
+			}
+			return nil
+		}), runtime.RetryTo("in.retry"), runtime.MaxInFlight(3))
+	start(t, app)
+	eventually(t, func() bool { // reported by the committer's InFlight events (every commit tick)
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		for _, e := range obs.inflight {
+			if e.Topic == "in.retry" && e.InFlight == 3 {
+				return true
+			}
+		}
+		return false
+	}, "the three copies should be parked")
+	c.ProduceValues(t, "in", 1, "x")
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3, 1: 1})
+	c.WaitCommitted(t, "g", "in.retry", map[int32]int64{0: 3})
+	stop(t, app)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, handled, 7, "%v", handled) // a, b, c twice; x once
+	first := handled["a/2"]
+	for _, k := range []string{"b/2", "c/2"} {
+		if handled[k].Before(first) {
+			first = handled[k]
+		}
+	}
+	require.False(t, handled["x/1"].Before(first), "x was handled %v before the first copy fell due", first.Sub(handled["x/1"]))
+	// x-tidemark-not-before is in whole ms: a copy may run up to 1 ms before failure + delay.
+	require.GreaterOrEqual(t, first.Sub(handled["a/1"]), delay-time.Millisecond, "a copy ran before it was due")
+}
