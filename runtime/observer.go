@@ -89,7 +89,9 @@ type SettledEvent struct {
 	Offset     int64
 	Generation uint64 // the runtime's assignment generation of the partition (Delivery.Generation)
 	// Attempt is the delivery's number (Delivery.Attempt, from 1); 0 for a record settled
-	// without its handler (a transaction marker, another group's retry copy).
+	// without its handler (a transaction marker, another group's retry copy). A Transactional
+	// record whose attempts were spent in an aborted window is settled without its handler too,
+	// with the number of the delivery that spent them.
 	Attempt int
 	Outcome Outcome
 	// Reason says, for OutcomeDeadLetter, what sent the record there: OutcomeDrop,

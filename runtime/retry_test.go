@@ -420,3 +420,38 @@ func TestDeadLetterEventsNameTheirReason(t *testing.T) {
 	_, ok := attempts.Load("spend2")
 	require.True(t, ok, "the copy's Delivery says attempt 2")
 }
+
+// A retry copy that can never be written (MESSAGE_TOO_LARGE on every produce) is a failed delivery
+// each time: the record is handled again in place, OutcomeRetry with the produce's error, until
+// the delivery that reaches MaxAttempts; without a DeadLetter that one is spent, dropped and
+// committed past (docs/retries-and-dead-letters.md: When a copy or a dead letter cannot be
+// produced). No copy reaches the topic.
+func TestAnUnwritableCopyIsSpentAtMaxAttemptsWithoutDeadLetter(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	fault := c.FailProduce("in", -1, kerr.MessageTooLarge)
+	defer fault.Remove()
+	obs := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return errors.New("bank down") }),
+		runtime.MaxAttempts(3), fastBackoff)
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+	stop(t, app)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	require.Len(t, obs.settled, 3)
+	for i, e := range obs.settled {
+		require.Equal(t, int64(0), e.Offset)
+		require.Equal(t, i+1, e.Attempt)
+		if i < 2 {
+			require.Equal(t, runtime.OutcomeRetry, e.Outcome)
+			require.ErrorIs(t, e.Err, kerr.MessageTooLarge)
+		} else {
+			require.Equal(t, runtime.OutcomeSpent, e.Outcome)
+			require.EqualError(t, e.Err, "bank down")
+		}
+	}
+	require.Equal(t, map[int32]int64{0: 1}, c.HighWatermarks(t, "in"), "no copy was written")
+}

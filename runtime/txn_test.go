@@ -1021,3 +1021,41 @@ func TestTxnRepeatedFailuresFailTheAppAfterTheSessionTimeout(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(failing), kfaketest.SessionTimeout, "failed before the session timeout")
 	require.Empty(t, c.Committed(t, "g", "in"), "nothing committed")
 }
+
+// Under Transactional a handler's ctx is cancelled when its window aborts (here Shutdown's bound
+// cut the last window's barrier), and what it returns then is reported as it is: a Drop is
+// OutcomeDrop, not OutcomeRetry as under Auto and Tracked. Nothing is lost by it: the window
+// aborted, nothing is committed, and the next App handles the record again (docs/operations.md,
+// OutcomeRetry; Drop's doc).
+func TestTxnDropFromACancelledHandlerIsReadAgainWithItsWindow(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	running := make(chan struct{})
+	obs := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-drop")),
+		runtime.HandlerFunc(func(ctx context.Context, _ *runtime.Delivery) error {
+			close(running)
+			<-ctx.Done()
+			return runtime.Drop(ctx.Err())
+		}), runtime.WindowTimeout(time.Hour))
+	startUnmanaged(t, app)
+	waitClosed(t, running, "offset 0 was never handled")
+	err := awaitShutdown(t, shutdownAsync(app, 200*time.Millisecond))
+	require.ErrorContains(t, err, "the last window aborted")
+	require.Empty(t, c.Committed(t, "g", "in"))
+	obs.mu.Lock()
+	require.Len(t, obs.settled, 1)
+	require.Equal(t, runtime.OutcomeDrop, obs.settled[0].Outcome)
+	require.ErrorIs(t, obs.settled[0].Err, context.Canceled)
+	obs.mu.Unlock()
+
+	var s seen
+	next := runtime.New(appOpts(c)...)
+	runtime.Handle(next, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-drop")), s.handler())
+	start(t, next)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+	stop(t, next)
+	require.Equal(t, []string{"a"}, s.values())
+	require.Equal(t, []int{1}, s.attempts(), "a new App counts the attempts anew")
+}
