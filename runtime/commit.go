@@ -217,20 +217,31 @@ func (c *consumer) topicGone(ctx context.Context, topic string) bool {
 	return err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
 }
 
-// onAutoCommit reports what franz-go's autocommit committed.
-func (c *consumer) onAutoCommit(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+// onAutoCommit reports what franz-go's autocommit committed: each partition the response
+// acknowledged, with the offset its request carried. (Not the client's CommittedOffsets: franz-go
+// leaves those as they were for a response that arrives after its generation moved on, and a
+// v10+ response names topics by ID only; the request has both names and IDs.)
+func (c *consumer) onAutoCommit(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 	if err != nil {
 		c.log.Debug("tidemark: autocommit failed", "err", err)
 		return
 	}
-	for _, t := range resp.Topics {
+	if !c.observed {
+		return
+	}
+	offs := make(map[tp]int64)
+	names := make(map[[16]byte]string, len(req.Topics))
+	for _, t := range req.Topics {
+		names[t.TopicID] = t.Topic
 		for _, p := range t.Partitions {
-			if kerr.ErrorForCode(p.ErrorCode) != nil {
-				continue
-			}
-			// The response carries no offsets; the client's view is updated before this call.
-			if o, ok := c.cl.CommittedOffsets()[t.Topic][p.Partition]; ok {
-				c.obs.Committed(CommittedEvent{Group: c.group, Topic: t.Topic, Partition: p.Partition, Offset: o.Offset})
+			offs[tp{t.Topic, p.Partition}] = p.Offset
+		}
+	}
+	for _, t := range resp.Topics {
+		topic := cmp.Or(t.Topic, names[t.TopicID])
+		for _, p := range t.Partitions {
+			if o, ok := offs[tp{topic, p.Partition}]; ok && p.ErrorCode == 0 {
+				c.obs.Committed(CommittedEvent{Group: c.group, Topic: topic, Partition: p.Partition, Offset: o})
 			}
 		}
 	}
