@@ -44,7 +44,7 @@ func (c *consumer) committer() {
 			c.markMoved()
 			c.reportInFlight()
 			if c.manual {
-				ctx, cancel := context.WithTimeout(c.workCtx, commitTimeout)
+				ctx, cancel := commitContext(c.workCtx)
 				if err := c.commitManual(ctx); err != nil {
 					c.log.Warn("tidemark: commit failed; will retry", "err", err)
 				}
@@ -114,6 +114,9 @@ func (c *consumer) commitManual(ctx context.Context) error {
 		os.Add(kadm.Offset{Topic: k.topic, Partition: k.partition, At: eo.Offset, LeaderEpoch: eo.Epoch})
 	}
 	resp, err := c.adm.CommitOffsets(ctx, c.group, os)
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx) // ErrCommitTimeout, when its bound passed (commitContext)
+	}
 	failed := pending // what stays pending: everything after a failed request
 	if err == nil {
 		failed = maps.Clone(pending) // a partition the response leaves out stays pending too
@@ -182,6 +185,9 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 		return context.Cause(ctx)
 	}
 	if r.err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx) // ErrCommitTimeout, when its bound passed (commitContext)
+		}
 		return r.err
 	}
 	var errs []error
@@ -215,6 +221,13 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 func (c *consumer) topicGone(ctx context.Context, topic string) bool {
 	resp, err := probe.Metadata(ctx, c.cl, topic)
 	return err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
+}
+
+// commitContext returns the ctx of a commit made outside franz-go's autocommit (a revoke's or
+// Shutdown's final commit, a manual subscription's): parent, bounded by commitTimeout, whose
+// cause is then ErrCommitTimeout (commitMarked returns it).
+func commitContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(parent, commitTimeout, ErrCommitTimeout)
 }
 
 // onAutoCommit reports what franz-go's autocommit committed: each partition the response

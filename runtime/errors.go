@@ -30,6 +30,15 @@ var (
 	// never committed, and the App shuts down as under PanicFail, whatever OnPanic says.
 	ErrHandlerExited = errors.New("tidemark: the handler called runtime.Goexit instead of returning")
 
+	// ErrCommitTimeout is returned (Shutdown: joined, per subscription) or logged (a revoke, a
+	// manual subscription's periodic commit) when a commit was not acknowledged within its bound
+	// of 5 s (DESIGN §3.7; docs/operations.md, timeouts): franz-go retries a coordinator that is
+	// unavailable, loading or moving until then, so its last answer is not known. What the commit
+	// carried stays uncommitted, as far as this member knows, and is read again by the next owner.
+	// It does not wrap context.DeadlineExceeded, which Shutdown returns for a drain whose bound
+	// passed with handlers still running.
+	ErrCommitTimeout = errors.New("tidemark: commit not acknowledged within 5 s")
+
 	// ErrTrackerFull is a fatal internal error: a partition held more records than its tracker
 	// ring covers (MaxInFlightPerPartition + MaxPollRecords + 1). It means pausing failed.
 	ErrTrackerFull = errors.New("tidemark: partition tracker full")

@@ -65,7 +65,7 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 		// refused at once, this one tries again.
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	cctx, cancel := commitContext(ctx)
 	defer cancel()
 	if err := c.commitMarked(cctx); err != nil {
 		c.log.Warn("tidemark: commit on revoke failed", "err", err, "partitions", revoked)

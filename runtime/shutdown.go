@@ -127,7 +127,7 @@ func (a *App) stopAll(ctx context.Context) error {
 		}
 	}
 	for _, c := range cs {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		cctx, cancel := commitContext(context.WithoutCancel(ctx))
 		c.finalMarks(c.d.owned())
 		err := c.commitMarked(cctx)
 		if err != nil {
