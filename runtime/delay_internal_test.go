@@ -19,7 +19,7 @@ func TestADelayAfterStopOrRevokeArmsNoTimer(t *testing.T) {
 		end  func(c *consumer, ps *partState)
 	}{
 		{"stopped", func(c *consumer, _ *partState) { c.d.stop() }},
-		{"revoked", func(_ *consumer, ps *partState) { ps.closed.Store(true) }},
+		{"revoked", func(c *consumer, _ *partState) { c.d.detach(map[string][]int32{"t": {0}}) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newBare(t, Tracked, HandlerFunc(func(context.Context, *Delivery) error { return nil }))

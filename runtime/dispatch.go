@@ -1085,11 +1085,11 @@ func (d *dispatcher) allPauseExpired() {
 
 // delayLocked pauses ps until until (a retry copy on it is not due before then) and resumes it
 // afterwards, unless back-pressure still holds it (Transactional, DESIGN §3.4). Once dispatching
-// stopped, or ps was revoked or lost, it does nothing: a copy whose produce returned after that
-// must not arm a timer that stop no longer sees, which would pause and resume a partition, and
-// report it, after the App stopped (helper-72).
+// stopped it does nothing: a copy whose produce returned after that must not arm a timer that stop
+// no longer sees, which would pause and resume a partition, and report it, after the App stopped
+// (helper-72). (A revoked or lost partition is no longer in d.parts, where callers find ps.)
 func (d *dispatcher) delayLocked(ps *partState, until time.Time) {
-	if d.stopped || ps.closed.Load() || !until.After(ps.delayed) {
+	if d.stopped || !until.After(ps.delayed) {
 		return
 	}
 	ps.delayed = until

@@ -120,9 +120,9 @@ func MaxInFlightPerPartition(n int) HandleOption {
 // held behind a stuck head stop no other partition while they are fewer than n. Give n room for
 // more than one partition's MaxInFlightPerPartition, or one stuck partition can hold all of it.
 // Parked retry copies (not due yet) are held records too: n of them, on a retry topic too, leave no
-// room, so no other record of the subscription is handled until enough fall due. 0 (the default)
-// means no bound beyond the per-partition one; a negative n fails Start with a *ConfigError naming
-// MaxInFlight.
+// room, so no other record of the subscription is handled until one of them has fallen due and been
+// handled. 0 (the default) means no bound beyond the per-partition one; a negative n fails Start
+// with a *ConfigError naming MaxInFlight.
 func MaxInFlight(n int) HandleOption {
 	return handleOption(func(c *handleConfig) { c.maxInFlight = n })
 }
