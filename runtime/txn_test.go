@@ -1024,38 +1024,52 @@ func TestTxnRepeatedFailuresFailTheAppAfterTheSessionTimeout(t *testing.T) {
 
 // Under Transactional a handler's ctx is cancelled when its window aborts (here Shutdown's bound
 // cut the last window's barrier), and what it returns then is reported as it is: a Drop is
-// OutcomeDrop, not OutcomeRetry as under Auto and Tracked. Nothing is lost by it: the window
-// aborted, nothing is committed, and the next App handles the record again (docs/operations.md,
-// OutcomeRetry; Drop's doc).
+// OutcomeDrop, not OutcomeRetry as under Auto and Tracked; with a DeadLetter, the aborted window
+// refuses the dead-letter record, which makes it OutcomeRetry. Nothing is lost either way: the
+// window aborted, nothing is committed, no dead letter is visible, and the next App handles the
+// record again (docs/operations.md, OutcomeRetry; Drop's doc).
 func TestTxnDropFromACancelledHandlerIsReadAgainWithItsWindow(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	c.ProduceValues(t, "in", 0, "a")
-	running := make(chan struct{})
-	obs := &observer{}
-	app := runtime.New(appOpts(c, runtime.Observe(obs))...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-drop")),
-		runtime.HandlerFunc(func(ctx context.Context, _ *runtime.Delivery) error {
-			close(running)
-			<-ctx.Done()
-			return runtime.Drop(ctx.Err())
-		}), runtime.WindowTimeout(time.Hour))
-	startUnmanaged(t, app)
-	waitClosed(t, running, "offset 0 was never handled")
-	err := awaitShutdown(t, shutdownAsync(app, 200*time.Millisecond))
-	require.ErrorContains(t, err, "the last window aborted")
-	require.Empty(t, c.Committed(t, "g", "in"))
-	obs.mu.Lock()
-	require.Len(t, obs.settled, 1)
-	require.Equal(t, runtime.OutcomeDrop, obs.settled[0].Outcome)
-	require.ErrorIs(t, obs.settled[0].Err, context.Canceled)
-	obs.mu.Unlock()
+	for _, tc := range []struct {
+		name    string
+		opts    []runtime.HandleOption
+		want    runtime.Outcome
+		wantErr error
+	}{
+		{"no dead-letter topic", nil, runtime.OutcomeDrop, context.Canceled},
+		{"a dead-letter topic", []runtime.HandleOption{runtime.DeadLetter("dlq")}, runtime.OutcomeRetry, runtime.ErrWindowClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("dlq", 1))
+			c.ProduceValues(t, "in", 0, "a")
+			running := make(chan struct{})
+			obs := &observer{}
+			app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-drop")),
+				runtime.HandlerFunc(func(ctx context.Context, _ *runtime.Delivery) error {
+					close(running)
+					<-ctx.Done()
+					return runtime.Drop(ctx.Err())
+				}), append(tc.opts, runtime.WindowTimeout(time.Hour))...)
+			startUnmanaged(t, app)
+			waitClosed(t, running, "offset 0 was never handled")
+			err := awaitShutdown(t, shutdownAsync(app, 200*time.Millisecond))
+			require.ErrorContains(t, err, "the last window aborted")
+			require.Empty(t, c.Committed(t, "g", "in"))
+			obs.mu.Lock()
+			require.Len(t, obs.settled, 1)
+			require.Equal(t, tc.want, obs.settled[0].Outcome)
+			require.ErrorIs(t, obs.settled[0].Err, tc.wantErr)
+			obs.mu.Unlock()
 
-	var s seen
-	next := runtime.New(appOpts(c)...)
-	runtime.Handle(next, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-drop")), s.handler())
-	start(t, next)
-	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
-	stop(t, next)
-	require.Equal(t, []string{"a"}, s.values())
-	require.Equal(t, []int{1}, s.attempts(), "a new App counts the attempts anew")
+			var s seen
+			next := runtime.New(appOpts(c)...)
+			runtime.Handle(next, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-drop")), s.handler())
+			start(t, next)
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+			stop(t, next)
+			require.Equal(t, []string{"a"}, s.values())
+			require.Equal(t, []int{1}, s.attempts(), "a new App counts the attempts anew")
+			require.Empty(t, c.ReadAll(t, "dlq", true), "no dead letter")
+		})
+	}
 }
