@@ -114,9 +114,6 @@ func (c *consumer) commitManual(ctx context.Context) error {
 		os.Add(kadm.Offset{Topic: k.topic, Partition: k.partition, At: eo.Offset, LeaderEpoch: eo.Epoch})
 	}
 	resp, err := c.adm.CommitOffsets(ctx, c.group, os)
-	if err != nil && ctx.Err() != nil {
-		err = context.Cause(ctx) // ErrCommitTimeout, when its bound passed (commitContext)
-	}
 	failed := pending // what stays pending: everything after a failed request
 	if err == nil {
 		failed = maps.Clone(pending) // a partition the response leaves out stays pending too
@@ -137,6 +134,15 @@ func (c *consumer) commitManual(ctx context.Context) error {
 	}
 	if len(failed) == 0 {
 		return nil
+	}
+	switch {
+	case ctx.Err() == nil:
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		err = context.Cause(ctx) // ErrCommitTimeout, when its bound passed (commitContext)
+	default:
+		// franz-go retries a coordinator that is unavailable, loading or moving until ctx ends,
+		// and then returns its last answer, which kadm reports per partition.
+		err = fmt.Errorf("%w (last answer: %w)", context.Cause(ctx), err)
 	}
 	c.manualMu.Lock()
 	if c.manualPending == nil {
@@ -225,7 +231,8 @@ func (c *consumer) topicGone(ctx context.Context, topic string) bool {
 
 // commitContext returns the ctx of a commit made outside franz-go's autocommit (a revoke's or
 // Shutdown's final commit, a manual subscription's): parent, bounded by commitTimeout, whose
-// cause is then ErrCommitTimeout (commitMarked returns it).
+// cause is then ErrCommitTimeout (commitMarked and commitManual return it, commitManual with the
+// coordinator's last answer beside it).
 func commitContext(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeoutCause(parent, commitTimeout, ErrCommitTimeout)
 }

@@ -33,7 +33,8 @@ var (
 	// ErrCommitTimeout is returned (Shutdown: joined, per subscription) or logged (a revoke, a
 	// manual subscription's periodic commit) when a commit was not acknowledged within its bound
 	// of 5 s (DESIGN §3.7; docs/operations.md, timeouts): franz-go retries a coordinator that is
-	// unavailable, loading or moving until then, so its last answer is not known. What the commit
+	// unavailable, loading or moving until then (a manual subscription's error carries the
+	// coordinator's last answer too; a group subscription's does not know it). What the commit
 	// carried stays uncommitted, as far as this member knows, and is read again by the next owner.
 	// It does not wrap context.DeadlineExceeded, which Shutdown returns for a drain whose bound
 	// passed with handlers still running.
