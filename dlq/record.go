@@ -48,9 +48,15 @@ func Record(r *kgo.Record, topic, group string, attempts int, cause error) *kgo.
 		msg = cause.Error()
 	}
 	if len(msg) > MaxErrorBytes {
+		// Never in the middle of a character: at the start of the one msg[MaxErrorBytes] belongs
+		// to, found at most UTFMax-1 bytes back (where valid text has it). Stray continuation bytes
+		// (binary text) have none there: cut at MaxErrorBytes, not back to the run's start.
 		cut := MaxErrorBytes
-		for cut > 0 && !utf8.RuneStart(msg[cut]) { // never in the middle of a character
-			cut--
+		for i := MaxErrorBytes; i > MaxErrorBytes-utf8.UTFMax; i-- {
+			if utf8.RuneStart(msg[i]) {
+				cut = i
+				break
+			}
 		}
 		msg = msg[:cut]
 	}

@@ -67,15 +67,37 @@ func TestRecordOfADeadLetterRecordKeepsOneProvenance(t *testing.T) {
 	require.Equal(t, []string{"3"}, values(twice, OffsetHeader), "still the original's offset")
 }
 
-// A long error text is cut at a character boundary, so the header stays valid UTF-8; attempts
-// below 1 are taken as 1 in both counts.
+// A long error text is cut at a character boundary, the last character whole, whatever its width
+// and wherever it falls against MaxErrorBytes; attempts below 1 are taken as 1 in both counts.
 func TestRecordKeepsItsHeadersValid(t *testing.T) {
 	r := &kgo.Record{Topic: "t"}
 	long := errors.New(strings.Repeat("é", 1000)) // 2 bytes each: 1,024 falls between two
 	got := values(Record(r, "dlq", "g", 1, long), ErrorHeader)[0]
 	require.True(t, utf8.ValidString(got))
 	require.Equal(t, strings.Repeat("é", MaxErrorBytes/2), got)
+	for _, c := range []string{"é", "€", "😀"} { // 2, 3 and 4 bytes
+		for pad := range len(c) {
+			msg := strings.Repeat("x", pad) + strings.Repeat(c, MaxErrorBytes)
+			got := values(Record(r, "dlq", "g", 1, errors.New(msg)), ErrorHeader)[0]
+			whole := (MaxErrorBytes - pad) / len(c)
+			require.Equal(t, msg[:pad+whole*len(c)], got, "%q after %d bytes", c, pad)
+		}
+	}
 	d := Record(r, "dlq", "g", -3, nil)
 	require.Equal(t, []string{"1"}, values(d, AttemptsHeader))
 	require.Equal(t, []string{"1"}, values(d, retry.CountHeader))
+}
+
+// An error text quoting binary bytes (no character starts around the cut) is cut at MaxErrorBytes
+// as any other, not walked back to the start of the run: it was cut to its first 22 bytes, and
+// one of stray bytes only to nothing (helper-78).
+func TestRecordCutsBinaryErrorTextAtTheBound(t *testing.T) {
+	r := &kgo.Record{Topic: "t"}
+	for _, msg := range []string{
+		"decode failed: payload " + strings.Repeat("\x80", 2000),
+		strings.Repeat("\x80", 2000),
+	} {
+		got := values(Record(r, "dlq", "g", 1, errors.New(msg)), ErrorHeader)[0]
+		require.Equal(t, msg[:MaxErrorBytes], got)
+	}
 }
