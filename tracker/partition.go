@@ -131,11 +131,20 @@ func (p *Partition) complete(d Delivery, advance bool) Result {
 	if d.seq == 0 {
 		return Stale
 	}
+	return p.completeFrom(d, p.ring[d.seq&p.mask].word.Load(), advance)
+}
+
+// completeFrom is complete once the word of d's slot was read, w: by then another goroutine may
+// have completed d, the head moved past it and the slot taken a new delivery (tests call it with a
+// w read before that).
+func (p *Partition) completeFrom(d Delivery, w uint64, advance bool) Result {
 	s := &p.ring[d.seq&p.mask]
-	w := s.word.Load()
 	if seqOf(w) == d.seq && stateOf(w) == stateInFlight {
-		if s.offset.Load() != d.offset {
-			return Stale // a token of another Partition (while in flight, a slot keeps its offset)
+		if s.offset.Load() != d.offset && s.word.Load() == w {
+			// A token of another Partition: while in flight, a slot keeps its offset. (Once its word
+			// changed, the slot may hold a later delivery's offset: the compare-and-swap fails and
+			// the word says what happened, a second completion among others: helper-78.)
+			return Stale
 		}
 		if s.word.CompareAndSwap(w, w&^stateMask|stateDone) {
 			if advance && p.head.Load() == d.seq { // else the head is behind: whoever moves it up to here looks again

@@ -602,3 +602,36 @@ func TestAMoverLooksAgainPastASlotCompletedDuringItsMove(t *testing.T) {
 	require.Equal(t, 1, p.Span(), "only 2 is in flight")
 	require.Equal(t, int64(2), watermark(t, p))
 }
+
+// A second completion that read its slot's word while the delivery was in flight, and looks at the
+// slot's offset only after the first completion moved the head and a later delivery took the slot,
+// is a Duplicate (completed in this generation), not Stale: the offset it finds is the later
+// delivery's (helper-78: about 1 in 8,000 racing second completions said Stale). A token of
+// another Partition is still Stale.
+func TestASecondCompletionRacingTheSlotsReuseIsADuplicate(t *testing.T) {
+	p := NewPartition(1) // a ring of two slots: the third delivery reuses the first one's
+	d0, err := p.Deliver(0, 0)
+	require.NoError(t, err)
+	slot := &p.ring[d0.seq&p.mask]
+	w := slot.word.Load() // the loser's read: d0 in flight
+
+	require.Equal(t, Completed, p.Complete(d0)) // the winner; the head moves past d0
+	d1, err := p.Deliver(1, 0)
+	require.NoError(t, err)
+	require.Equal(t, Completed, p.Complete(d1))
+	d2, err := p.Deliver(2, 0) // d0's slot, offset 2
+	require.NoError(t, err)
+	require.Equal(t, d0.seq&p.mask, d2.seq&p.mask)
+
+	require.Equal(t, Duplicate, p.completeFrom(d0, w, true))
+	require.Equal(t, Duplicate, p.completeFrom(d0, w, false))
+	require.Equal(t, Duplicate, p.Complete(d0))
+
+	foreign := d2
+	foreign.offset = 9 // another Partition's token with d2's sequence number
+	require.Equal(t, Stale, p.Complete(foreign))
+	w2, ok := p.Watermark()
+	require.True(t, ok)
+	require.Equal(t, int64(2), w2.Offset, "d2 still in flight")
+	require.Equal(t, Completed, p.Complete(d2))
+}
