@@ -155,7 +155,7 @@ func Start(opts ...Option) (*Cluster, error) {
 	}
 	c := &Cluster{k: k, addrs: k.ListenAddrs(), prefix: cfg.prefix, extra: cfg.kgo}
 	c.closing, c.closeNow = context.WithCancel(context.Background())
-	c.log = newCommitLog(k)
+	c.log = newCommitLog(k, c.closing)
 	c.log.install()
 	for _, tp := range cfg.topics {
 		if err := c.createTopic(context.Background(), c.Name(tp.name), tp.partitions); err != nil {

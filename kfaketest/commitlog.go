@@ -32,7 +32,8 @@ type Commit struct {
 // unknown member) is in the log too, and a transactional commit is logged when it is sent, not
 // when its transaction ends. Use Cluster.Committed for what the group holds.
 type CommitLog struct {
-	k *kfake.Cluster
+	k       *kfake.Cluster
+	closing context.Context // its Cluster's: done once Close begins, which ends the waits
 
 	mu      sync.Mutex
 	commits []Commit
@@ -42,8 +43,8 @@ type CommitLog struct {
 	nhooks  int
 }
 
-func newCommitLog(k *kfake.Cluster) *CommitLog {
-	return &CommitLog{k: k, changed: make(chan struct{}), topics: make(map[[16]byte]string)}
+func newCommitLog(k *kfake.Cluster, closing context.Context) *CommitLog {
+	return &CommitLog{k: k, closing: closing, changed: make(chan struct{}), topics: make(map[[16]byte]string)}
 }
 
 // install adds one observing control per request key. kfake runs the controls of a key in the
@@ -222,7 +223,8 @@ func (l *CommitLog) Wait(t testing.TB, cond func([]Commit) bool) {
 	}
 }
 
-// WaitContext is Wait for programs: it returns nil once cond holds, or ctx's error.
+// WaitContext is Wait for programs: it returns nil once cond holds, or ctx's error, or ErrClosed
+// once the Cluster is closing (at once on a closed one, unless cond already holds for the log).
 func (l *CommitLog) WaitContext(ctx context.Context, cond func([]Commit) bool) error {
 	for {
 		l.mu.Lock()
@@ -235,6 +237,8 @@ func (l *CommitLog) WaitContext(ctx context.Context, cond func([]Commit) bool) e
 		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-l.closing.Done():
+			return ErrClosed
 		}
 	}
 }

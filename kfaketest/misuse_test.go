@@ -41,6 +41,9 @@ func TestHelpersOfAClosedClusterSayItIsClosed(t *testing.T) {
 		},
 		"Committed":     func() error { _, err := c.CommittedContext(ctx, "g", "t"); return err },
 		"WaitCommitted": func() error { return c.WaitCommittedContext(ctx, "g", "t", map[int32]int64{0: 1}) },
+		"CommitLog.Wait": func() error { // waited for its ctx (helper-78)
+			return c.CommitLog().WaitContext(ctx, func([]kfaketest.Commit) bool { return false })
+		},
 	} {
 		require.ErrorIs(t, call(), kfaketest.ErrClosed, name)
 	}
@@ -200,6 +203,24 @@ func TestReadAllEndsWhenTheClusterCloses(t *testing.T) {
 	<-fetching
 	c.Close()
 	require.ErrorIs(t, returnedBy(t, returned, "ReadAll after Close"), kfaketest.ErrClosed)
+}
+
+// A CommitLog wait running when the Cluster closes returns ErrClosed at once; it waited for its
+// ctx, for good with context.Background() (helper-78).
+func TestACommitLogWaitEndsWhenTheClusterCloses(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	waiting := make(chan struct{})
+	var once sync.Once
+	returned := make(chan error, 1)
+	go func() {
+		returned <- c.CommitLog().WaitContext(context.Background(), func([]kfaketest.Commit) bool {
+			once.Do(func() { close(waiting) }) // cond runs once before the wait blocks
+			return false
+		})
+	}()
+	<-waiting
+	c.Close()
+	require.ErrorIs(t, returnedBy(t, returned, "CommitLog.WaitContext after Close"), kfaketest.ErrClosed)
 }
 
 // A failed produce waits for the call's other records before it returns: the caller may read them.
