@@ -1,10 +1,11 @@
 package batch
 
 // Cut splits queue into the batch a lane takes now, at most n elements (n < 1 counts as 1), and the
-// rest, which stays queued. The batch shares queue's backing array.
+// rest, which stays queued. The batch shares queue's backing array, its capacity cut to its length:
+// appending to it allocates, and never writes over the rest.
 func Cut[T any](queue []T, n int) (take, rest []T) {
 	k := min(max(n, 1), len(queue))
-	return queue[:k], queue[k:]
+	return queue[:k:k], queue[k:]
 }
 
 // Align fits a batch handler's results to a batch of size elements. It returns one entry per

@@ -28,6 +28,16 @@ func TestCutTakesAtMostN(t *testing.T) {
 	}
 }
 
+// Appending to a batch leaves the rest as it was (helper-78: it wrote over the rest's first element).
+func TestAppendingToACutBatchLeavesTheRest(t *testing.T) {
+	q := []int{1, 2, 3, 4, 5}
+	take, rest := Cut(q, 2)
+	take = append(take, 99)
+	require.Equal(t, []int{1, 2, 99}, take)
+	require.Equal(t, []int{3, 4, 5}, rest)
+	require.Equal(t, []int{1, 2, 3, 4, 5}, q)
+}
+
 func TestAlignFitsResultsToTheBatch(t *testing.T) {
 	e1, retry := errors.New("e1"), errors.New("retry")
 	aligned, short, extra := Align([]error{nil, e1}, 3, retry)
