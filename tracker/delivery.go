@@ -9,11 +9,11 @@ import (
 // deliveries: the oldest one still in flight and every delivery after it (DESIGN §3.1, §3.6). Nothing is
 // recorded; the caller pauses the partition and delivers the record again once completions free the
 // ring.
-var ErrFull = errors.New("tracker: partition ring full")
+var ErrFull = errors.New("tidemark: tracker: partition ring full")
 
 // ErrOffset is returned by [Partition.Deliver] for an offset no Kafka record can have: negative, or
 // math.MaxInt64 (its watermark, offset + 1, would overflow). Nothing is recorded.
-var ErrOffset = errors.New("tracker: invalid offset")
+var ErrOffset = errors.New("tidemark: tracker: invalid offset")
 
 // A Delivery is the token of one delivered offset, returned by [Partition.Deliver] and handed back
 // to [Partition.Complete] of the same Partition when the record is settled (a Partition cannot

@@ -46,10 +46,10 @@ func stateOf(w uint64) uint64 { return w & stateMask }
 // behind the head is not reused until the head has moved past it (see Partition.read).
 func ringSize(capacity int) int {
 	if capacity < 1 {
-		panic("tracker: capacity must be at least 1, got " + strconv.Itoa(capacity))
+		panic("tidemark: tracker: capacity must be at least 1, got " + strconv.Itoa(capacity))
 	}
 	if uint64(capacity) >= 1<<40 {
-		panic("tracker: capacity too large: " + strconv.Itoa(capacity))
+		panic("tidemark: tracker: capacity too large: " + strconv.Itoa(capacity))
 	}
 	return 1 << bits.Len(uint(capacity))
 }
