@@ -233,12 +233,16 @@ func (l *CommitLog) WaitContext(ctx context.Context, cond func([]Commit) bool) e
 		if cond(cs) {
 			return nil
 		}
+		if err := ctx.Err(); err != nil { // as the other helpers: ctx's error first (usable)
+			return err
+		}
+		if l.closing.Err() != nil {
+			return ErrClosed
+		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return ctx.Err()
 		case <-l.closing.Done():
-			return ErrClosed
 		}
 	}
 }

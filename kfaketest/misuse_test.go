@@ -221,6 +221,12 @@ func TestACommitLogWaitEndsWhenTheClusterCloses(t *testing.T) {
 	<-waiting
 	c.Close()
 	require.ErrorIs(t, returnedBy(t, returned, "CommitLog.WaitContext after Close"), kfaketest.ErrClosed)
+	// A ctx already ended says so first, as the other helpers do, every time (a select chose).
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 50 {
+		require.ErrorIs(t, c.CommitLog().WaitContext(ended, func([]kfaketest.Commit) bool { return false }), context.Canceled)
+	}
 }
 
 // A failed produce waits for the call's other records before it returns: the caller may read them.

@@ -104,9 +104,10 @@ func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
 // it was already completed in this generation, [Stale] if it was taken before the current generation
 // began (a Reset or a rewind), or is the zero Delivery. Only Completed changes anything. A completion
 // that races with Reset reports Completed or Stale; either way the new generation is unaffected.
-// A token of another Partition (one removed and created again, say) reports Stale when its
-// sequence number or its offset differs from this Partition's delivery; one that matches both
-// cannot be told apart, so hand each token back to the Partition that issued it.
+// A token of another Partition (one removed and created again, say) never reports Completed when
+// its sequence number or its offset differs from this Partition's delivery: Stale while that
+// delivery is in flight, Stale or Duplicate once its slot moved on. One that matches both cannot
+// be told apart, so hand each token back to the Partition that issued it.
 func (p *Partition) Complete(d Delivery) Result { return p.complete(d, true) }
 
 // CompleteDeferred is Complete without moving the watermark: the delivery is settled at once, with

@@ -607,7 +607,7 @@ func TestAMoverLooksAgainPastASlotCompletedDuringItsMove(t *testing.T) {
 // slot's offset only after the first completion moved the head and a later delivery took the slot,
 // is a Duplicate (completed in this generation), not Stale: the offset it finds is the later
 // delivery's (helper-78: about 1 in 8,000 racing second completions said Stale). A token of
-// another Partition is still Stale.
+// another Partition, with d2's sequence number and another offset, is Stale while d2 is in flight.
 func TestASecondCompletionRacingTheSlotsReuseIsADuplicate(t *testing.T) {
 	p := NewPartition(1) // a ring of two slots: the third delivery reuses the first one's
 	d0, err := p.Deliver(0, 0)
