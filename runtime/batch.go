@@ -143,8 +143,8 @@ func (c *consumer) handleBatch(items []*item, running *[]*item) {
 	results, short, extra, perr := c.invokeBatch(ctx, ds, work[0])
 	dur := time.Since(start)
 	if perr != nil {
-		c.log.Error("tidemark: batch handler panicked", "topic", perr.Topic, "partition", perr.Partition, "offset", perr.Offset,
-			"batch", len(work), "panic", fmt.Sprint(perr.Value), "stack", string(perr.Stack))
+		c.log.Error("tidemark: batch handler panicked", c.recAttrs(work[0], attempts[0],
+			"batch", len(work), "panic", fmt.Sprint(perr.Value), "stack", string(perr.Stack))...)
 		var err error
 		switch c.cfg.panicPolicy {
 		case PanicRetry:
@@ -169,8 +169,7 @@ func (c *consumer) handleBatch(items []*item, running *[]*item) {
 	aligned, s, e := batch.Align(results, len(work), Retry(errShortBatch))
 	if short, extra = short+s, extra+e; short > 0 || extra > 0 {
 		c.log.Warn("tidemark: batch handler returned a result of the wrong length",
-			"topic", work[0].ps.topic, "partition", work[0].ps.partition, "offset", work[0].off,
-			"batch", len(work), "retried", short, "ignored", extra)
+			c.recAttrs(work[0], attempts[0], "batch", len(work), "retried", short, "ignored", extra)...)
 	}
 	pubs.returned(work[0].win) // before its elements settle: one's abort is not another's cause
 	for i, it := range work {

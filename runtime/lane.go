@@ -35,9 +35,16 @@ func (c *consumer) lane() {
 	items, ok := c.d.take(make([]*item, 0, n), n)
 	exited := true
 	defer func() {
-		if exited {
-			c.laneExited(items, running)
+		if !exited {
+			return
 		}
+		// A panic unwinding the lane (an Observer's, or the runtime's own: a handler's is
+		// recovered in invoke) ends the process as it is, not reported as a handler's Goexit
+		// (helper-80). Re-panicking keeps its traceback ("[recovered, repanicked]").
+		if v := recover(); v != nil {
+			panic(v)
+		}
+		c.laneExited(items, running)
 	}()
 	for ok {
 		handled := len(items)
@@ -75,12 +82,18 @@ func (c *consumer) laneExited(items, running []*item) {
 
 // handlerExited holds the records whose handler called runtime.Goexit: as under PanicFail,
 // whatever OnPanic says (the lane that would run them again is ending), they are never committed
-// and the App fails with a *PanicError whose Value is ErrHandlerExited.
+// and the App fails with a *PanicError whose Value is ErrHandlerExited. One Error line names the
+// first record (and the batch's size); each record gets its OutcomePanic event.
 func (c *consumer) handlerExited(items []*item) {
 	perr := c.panicError(items[0], ErrHandlerExited, debugStack())
+	attempt, _ := c.attempt(items[0])
+	kv := []any{"stack", string(perr.Stack)}
+	if c.bh != nil {
+		kv = append(kv, "batch", len(items))
+	}
+	c.log.Error("tidemark: handler called runtime.Goexit instead of returning", c.recAttrs(items[0], attempt, kv...)...)
 	for _, it := range items {
 		attempt, _ := c.attempt(it)
-		c.log.Error("tidemark: handler called runtime.Goexit instead of returning", c.recAttrs(it, attempt, "stack", string(perr.Stack))...)
 		c.abortWindow(it.win, perr)
 		ev := c.event(it, attempt)
 		ev.Outcome, ev.Err = OutcomePanic, perr

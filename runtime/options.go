@@ -77,9 +77,10 @@ func ClientOpts(opts ...kgo.Opt) Option {
 	return appOption(func(c *appConfig) { c.clientOpts = c.appendOpts(c.clientOpts, "ClientOpts", opts) })
 }
 
-// Logger sets the structured logger, overriding slog.Default(); a nil l keeps slog.Default().
-// Record-level lines carry the keys subscription, group and mode, then topic, partition, offset,
-// generation and attempt.
+// Logger sets the structured logger, overriding slog.Default(); a nil l keeps slog.Default(), as
+// New reads it (a slog.SetDefault after New does not reach the App). Record-level lines carry the
+// keys subscription, group and mode, then topic, partition, offset, generation and attempt (a
+// batch's lines: its first element's, and batch, its size).
 func Logger(l *slog.Logger) Option {
 	return appOption(func(c *appConfig) { c.logger = l })
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -194,7 +196,8 @@ func TestPanicPolicies(t *testing.T) {
 // A handler that calls runtime.Goexit instead of returning (t.FailNow in a handler, say) ends its
 // lane's goroutine: the App fails as under PanicFail, whatever OnPanic says, with a *PanicError
 // whose Value is ErrHandlerExited, and nothing from that record on is committed. It used to stall
-// the partition with no log line, no event and no error: Run waited for its ctx (helper-54).
+// the partition with no log line, no event and no error: Run waited for its ctx (helper-54). One
+// Error line says so, for a batch too (it logged one per element, each with the stack: helper-80).
 func TestHandlerThatCallsGoexitFailsTheApp(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -211,7 +214,8 @@ func TestHandlerThatCallsGoexitFailsTheApp(t *testing.T) {
 			c := kfaketest.New(t, kfaketest.Topic("in", 1))
 			c.ProduceValues(t, "in", 0, numbered(10)...)
 			obs := &observer{}
-			app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+			var out lockedBuffer
+			app := runtime.New(appOpts(c, runtime.Observe(obs), runtime.Logger(slog.New(slog.NewJSONHandler(&out, nil))))...)
 			sub := runtime.Topic("in").Group("g").Commit(tc.mode)
 			var exitedAt atomic.Int64 // the first offset in the handler that exited
 			exitedAt.Store(-1)
@@ -247,6 +251,13 @@ func TestHandlerThatCallsGoexitFailsTheApp(t *testing.T) {
 			require.NotEmpty(t, panics)
 			require.Equal(t, at, panics[0].Offset)
 			require.ErrorIs(t, panics[0].Err, runtime.ErrHandlerExited)
+			lines := strings.Count(out.String(), `"msg":"tidemark: handler called runtime.Goexit instead of returning"`)
+			require.Equal(t, 1, lines, out.String())
+			if tc.batch {
+				require.Len(t, panics, 4, "one event per element")
+				require.Contains(t, out.String(), fmt.Sprintf(`"offset":%d,"generation":1,"attempt":1,"stack":`, at))
+				require.Contains(t, out.String(), `"batch":4`)
+			}
 		})
 	}
 }
