@@ -65,3 +65,34 @@ func TestRecordLogLineHasEachKeyOnce(t *testing.T) {
 		"err": "unwanted",
 	}, attrs)
 }
+
+// Drop(nil), a handler filtering records out, logs at Debug, not a line per record at Info; a drop
+// with a reason logs at Info (helper-80).
+func TestADropWithoutAReasonLogsAtDebug(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a", "b")
+	var info, debug lockedBuffer
+	app := runtime.New(appOpts(c, runtime.Logger(slog.New(slog.NewJSONHandler(&info, nil))))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			if d.Record().Offset == 0 {
+				return runtime.Drop(nil)
+			}
+			return runtime.Drop(errors.New("unwanted"))
+		}))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+	stop(t, app)
+	require.Equal(t, 1, strings.Count(info.String(), `"msg":"tidemark: record dropped"`), info.String())
+	require.Contains(t, info.String(), `"offset":1,"generation":1,"attempt":1,"err":"unwanted"`)
+
+	c.ProduceValues(t, "in", 0, "c")
+	next := runtime.New(appOpts(c, runtime.Logger(slog.New(slog.NewJSONHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug}))))...)
+	runtime.Handle(next, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return runtime.Drop(nil) }))
+	start(t, next)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3})
+	stop(t, next)
+	require.Contains(t, debug.String(), `"level":"DEBUG","msg":"tidemark: record dropped"`)
+	require.Contains(t, debug.String(), `"offset":2,"generation":1,"attempt":1,"err":"tidemark: dropped"`)
+}

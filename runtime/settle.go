@@ -1,8 +1,10 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/tidemark-io/tidemark/dlq"
@@ -28,7 +30,11 @@ func (c *consumer) resolve(it *item, ev *SettledEvent, kind outcomeKind, cause e
 			ev.Outcome = OutcomeDecodeFailure
 			c.log.Warn("tidemark: record dropped: it does not decode", c.recAttrs(it, ev.Attempt, "err", cause)...)
 		} else {
-			c.log.Info("tidemark: record dropped", c.recAttrs(it, ev.Attempt, "err", cause)...)
+			level := slog.LevelInfo
+			if cause == errDropped { // Drop(nil): a filter with nothing to say, not a line per record
+				level = slog.LevelDebug
+			}
+			c.log.Log(context.Background(), level, "tidemark: record dropped", c.recAttrs(it, ev.Attempt, "err", cause)...)
 		}
 		if c.cfg.deadLetter != "" {
 			c.deadLetter(it, ev)
