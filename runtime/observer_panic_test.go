@@ -2,7 +2,7 @@ package runtime_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -31,7 +31,10 @@ func TestAnObserverPanicOnALaneEndsTheProcessAsItsPanic(t *testing.T) {
 		runObserverPanicChild(t)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAnObserverPanicOnALaneEndsTheProcessAsItsPanic$", "-test.count=1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestAnObserverPanicOnALaneEndsTheProcessAsItsPanic$",
+		"-test.count=1", "-test.timeout=1m")
 	cmd.Env = append(os.Environ(), observerPanicChild+"=1")
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -51,5 +54,5 @@ func runObserverPanicChild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := app.Run(ctx)
-	os.Stderr.WriteString("CHILD-SURVIVED: " + errors.Join(err).Error() + "\n")
+	fmt.Fprintf(os.Stderr, "CHILD-SURVIVED: %v\n", err)
 }
