@@ -187,6 +187,12 @@ func (p *Process) Events() []Event {
 // or modify its argument.
 func (p *Process) WaitEvents(t testing.TB, cond func([]Event) bool) {
 	t.Helper()
+	p.waitEvents(t, "WaitEvents", cond)
+}
+
+// waitEvents is WaitEvents, its failures named by what, the caller's name.
+func (p *Process) waitEvents(t testing.TB, what string, cond func([]Event) bool) {
+	t.Helper()
 	p.mu.Lock()
 	timeout, exited := p.timeout, p.exited
 	p.mu.Unlock()
@@ -197,7 +203,7 @@ func (p *Process) WaitEvents(t testing.TB, cond func([]Event) bool) {
 	for {
 		evs, err := readEvents(p.events)
 		if err != nil {
-			t.Fatalf("kfaketest: WaitEvents: %v", err)
+			t.Fatalf("kfaketest: %s: %v", what, err)
 		}
 		if cond(evs) {
 			return
@@ -207,11 +213,11 @@ func (p *Process) WaitEvents(t testing.TB, cond func([]Event) bool) {
 			if evs, _ := readEvents(p.events); cond(evs) {
 				return
 			}
-			t.Fatalf("kfaketest: WaitEvents: run %d exited (%v) before the condition held; last events: %s",
-				p.Run(), p.exitStatus(), tailEvents(p.Events(), 20))
+			t.Fatalf("kfaketest: %s: run %d exited (%v) before the condition held; last events: %s",
+				what, p.Run(), p.exitStatus(), tailEvents(p.Events(), 20))
 		case <-deadline.C:
-			t.Fatalf("kfaketest: WaitEvents: condition not met after %v; last events: %s",
-				timeout, tailEvents(evs, 20))
+			t.Fatalf("kfaketest: %s: condition not met after %v; last events: %s",
+				what, timeout, tailEvents(evs, 20))
 		case <-tick.C:
 		}
 	}
@@ -223,7 +229,7 @@ func (p *Process) WaitEvents(t testing.TB, cond func([]Event) bool) {
 func (p *Process) KillAfter(t testing.TB, n int) {
 	t.Helper()
 	run := p.Run()
-	p.WaitEvents(t, func(evs []Event) bool {
+	p.waitEvents(t, fmt.Sprintf("KillAfter(%d returns)", n), func(evs []Event) bool {
 		k := 0
 		for _, e := range evs {
 			if e.Run == run && e.Kind == EventReturn {

@@ -3,6 +3,7 @@ package kfaketest_test
 import (
 	"context"
 	"fmt"
+	goruntime "runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -161,4 +162,34 @@ func TestSpawnSubtest(t *testing.T) {
 		require.NoError(t, p.WaitExit(t))
 		require.Len(t, p.Events(), 1)
 	})
+}
+
+// fatalRecorder is t whose Fatalf records the message and ends the calling goroutine.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Helper() {}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	goruntime.Goexit()
+}
+
+// KillAfter names itself when the run exits before its returns: the failure said WaitEvents,
+// which the test never called (helper-82).
+func TestKillAfterNamesItselfWhenTheRunExits(t *testing.T) {
+	if _, ok := kfaketest.Child(); ok {
+		return // exits at once, with no return logged
+	}
+	p := kfaketest.New(t).Spawn(t, nil)
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.KillAfter(rec, 1)
+	}()
+	<-done
+	require.Contains(t, rec.msg, "kfaketest: KillAfter(1 returns): run 1 exited (status 0) before the condition held; last events: []")
 }
