@@ -177,6 +177,12 @@ func (f *fatalRecorder) Fatalf(format string, args ...any) {
 	goruntime.Goexit()
 }
 
+// The other ways to fail end the goroutine too: the real t must not be failed from it.
+func (f *fatalRecorder) Fatal(args ...any)                 { f.Fatalf("%s", fmt.Sprint(args...)) }
+func (f *fatalRecorder) FailNow()                          { f.Fatalf("FailNow") }
+func (f *fatalRecorder) Error(args ...any)                 { f.Fatal(args...) }
+func (f *fatalRecorder) Errorf(format string, args ...any) { f.Fatalf(format, args...) }
+
 // KillAfter names itself when the run exits before its returns: the failure said WaitEvents,
 // which the test never called (helper-82).
 func TestKillAfterNamesItselfWhenTheRunExits(t *testing.T) {

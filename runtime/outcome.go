@@ -41,12 +41,13 @@ var (
 )
 
 // Drop returns the outcome "discard this record": it is settled as done and never handled again
-// (DESIGN §3.2). err says why: it is logged at Info; nil is allowed, for a record a handler only
-// filters out, and logged at Debug (the Settled event counts drops either way). Returned under Auto
-// or Tracked by a handler whose ctx the runtime cancelled (a drain bound passed, the partition was
-// lost), it counts as a failure like any error: the record did not finish and stays uncommitted for
-// the next owner (OutcomeRetry; DESIGN §3.7). Under Transactional the ctx is cancelled when its
-// window aborts: the record is read again with the whole window, whatever its handler returned.
+// (DESIGN §3.2). err says why: it is logged at Info (Warn for an error wrapping ErrDecode, a decode
+// failure); nil is allowed, for a record a handler only filters out, and logged at Debug (the
+// Settled event counts drops either way). Returned under Auto or Tracked by a handler whose ctx the
+// runtime cancelled (a drain bound passed, the partition was lost), it counts as a failure like any
+// error: the record did not finish and stays uncommitted for the next owner (OutcomeRetry; DESIGN
+// §3.7). Under Transactional the ctx is cancelled when its window aborts: the record is read again
+// with the whole window, whatever its handler returned.
 func Drop(err error) error {
 	if err == nil {
 		err = errDropped

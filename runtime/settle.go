@@ -34,7 +34,9 @@ func (c *consumer) resolve(it *item, ev *SettledEvent, kind outcomeKind, cause e
 			if cause == errDropped { // Drop(nil): a filter with nothing to say, not a line per record
 				level = slog.LevelDebug
 			}
-			c.log.Log(context.Background(), level, "tidemark: record dropped", c.recAttrs(it, ev.Attempt, "err", cause)...)
+			if ctx := context.Background(); c.log.Enabled(ctx, level) { // no attributes built for nothing
+				c.log.Log(ctx, level, "tidemark: record dropped", c.recAttrs(it, ev.Attempt, "err", cause)...)
+			}
 		}
 		if c.cfg.deadLetter != "" {
 			c.deadLetter(it, ev)
