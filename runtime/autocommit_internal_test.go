@@ -43,3 +43,29 @@ func TestAutocommitEventsCarryTheRequestsOffsets(t *testing.T) {
 		{Group: c.group, Topic: "u", Partition: 0, Offset: 5},
 	}, obs.evs)
 }
+
+// A refusal for a partition the request does not name (a response that names its topic by neither
+// name nor a known ID) is still passed on, with offset -1; an acknowledgement for one is not, since
+// nothing says what it committed.
+func TestEachCommittedPassesOnRefusalsItCannotMatch(t *testing.T) {
+	req := &kmsg.OffsetCommitRequest{Topics: []kmsg.OffsetCommitRequestTopic{
+		{Topic: "t", TopicID: [16]byte{9}, Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 3}}},
+	}}
+	resp := &kmsg.OffsetCommitResponse{Version: 10, Topics: []kmsg.OffsetCommitResponseTopic{
+		{Partitions: []kmsg.OffsetCommitResponseTopicPartition{{Partition: 0, ErrorCode: 12 /* OFFSET_METADATA_TOO_LARGE */}, {Partition: 1}}},
+	}}
+	type call struct {
+		topic     string
+		partition int32
+		offset    int64
+		err       string
+	}
+	var calls []call
+	eachCommitted(req, resp, func(topic string, partition int32, offset int64, err error) {
+		calls = append(calls, call{topic, partition, offset, err.Error()})
+	})
+	require.Len(t, calls, 1)
+	require.Equal(t, call{"", 0, -1, calls[0].err}, calls[0])
+	require.Contains(t, calls[0].err, "OFFSET_METADATA_TOO_LARGE")
+	eachCommitted(nil, resp, func(string, int32, int64, error) { t.Fatal("called without a request") })
+}

@@ -177,12 +177,13 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 	// (commitOffsetsSync), and against brokers that stopped answering they retry for minutes: wait
 	// here for ctx at most. The commit goes on, and ends at the latest when the client closes.
 	type result struct {
+		req  *kmsg.OffsetCommitRequest
 		resp *kmsg.OffsetCommitResponse
 		err  error
 	}
 	done := make(chan result, 1)
-	go c.cl.CommitOffsetsSync(ctx, marked, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		done <- result{resp, err}
+	go c.cl.CommitOffsetsSync(ctx, marked, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		done <- result{req, resp, err}
 	})
 	var r result
 	select {
@@ -198,20 +199,16 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 	}
 	var errs []error
 	unknown := map[string][]error{} // by topic: partitions the cluster said it does not know
-	for _, t := range r.resp.Topics {
-		for _, p := range t.Partitions {
-			switch err := kerr.ErrorForCode(p.ErrorCode); {
-			case err == nil:
-				if eo, ok := marked[t.Topic][p.Partition]; ok {
-					c.obs.Committed(CommittedEvent{Group: c.group, Topic: t.Topic, Partition: p.Partition, Offset: eo.Offset})
-				}
-			case errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID):
-				unknown[t.Topic] = append(unknown[t.Topic], fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, err))
-			default:
-				errs = append(errs, fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, err))
-			}
+	eachCommitted(r.req, r.resp, func(topic string, partition int32, offset int64, err error) {
+		switch {
+		case err == nil:
+			c.obs.Committed(CommittedEvent{Group: c.group, Topic: topic, Partition: partition, Offset: offset})
+		case errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID):
+			unknown[topic] = append(unknown[topic], fmt.Errorf("%s[%d]: %w", topic, partition, err))
+		default:
+			errs = append(errs, fmt.Errorf("%s[%d]: %w", topic, partition, err))
 		}
-	}
+	})
 	for topic, terrs := range unknown {
 		if c.topicGone(ctx, topic) {
 			c.log.Warn("tidemark: offsets not committed: the topic no longer exists", "topic", topic, "err", errors.Join(terrs...))
@@ -249,6 +246,22 @@ func (c *consumer) onAutoCommit(_ *kgo.Client, req *kmsg.OffsetCommitRequest, re
 	if !c.observed {
 		return
 	}
+	eachCommitted(req, resp, func(topic string, partition int32, offset int64, err error) {
+		if err == nil {
+			c.obs.Committed(CommittedEvent{Group: c.group, Topic: topic, Partition: partition, Offset: offset})
+		}
+	})
+}
+
+// eachCommitted calls fn for each partition of resp, the answer to the OffsetCommit req: its topic
+// (named by req when a v10+ response names it by ID only), partition, the offset req carried for
+// it (the response has none), and its error (nil: committed). A partition req does not name is
+// passed on only with an error, and offset -1: its refusal is not lost, and nothing says what it
+// committed.
+func eachCommitted(req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, fn func(topic string, partition int32, offset int64, err error)) {
+	if req == nil || resp == nil {
+		return
+	}
 	offs := make(map[tp]int64)
 	names := make(map[[16]byte]string, len(req.Topics))
 	for _, t := range req.Topics {
@@ -260,8 +273,12 @@ func (c *consumer) onAutoCommit(_ *kgo.Client, req *kmsg.OffsetCommitRequest, re
 	for _, t := range resp.Topics {
 		topic := cmp.Or(t.Topic, names[t.TopicID])
 		for _, p := range t.Partitions {
-			if o, ok := offs[tp{topic, p.Partition}]; ok && p.ErrorCode == 0 {
-				c.obs.Committed(CommittedEvent{Group: c.group, Topic: topic, Partition: p.Partition, Offset: o})
+			o, ok := offs[tp{topic, p.Partition}]
+			switch err := kerr.ErrorForCode(p.ErrorCode); {
+			case ok:
+				fn(topic, p.Partition, o, err)
+			case err != nil:
+				fn(topic, p.Partition, -1, err)
 			}
 		}
 	}
