@@ -70,8 +70,8 @@ func GroupOf(r *kgo.Record) string {
 }
 
 // Copy returns a retry copy of r made by group, due at notBefore. attempts is the number of r's
-// delivery that failed (the handler's Delivery.Attempt, at least 1; a smaller value is taken as 1)
-// and becomes the copy's retry count, so the copy's first delivery is attempt attempts+1; for a
+// delivery that failed (the handler's Delivery.Attempt, at least 1; a smaller value is taken as 1,
+// a larger one than MaxCount as MaxCount, the most Count reads) and becomes the copy's retry count, so the copy's first delivery is attempt attempts+1; for a
 // record retried only through copies it is Count(r)+1. The copy keeps r's key, value and user
 // headers (each once), and carries the origin headers (r's own on a first copy, kept on later
 // ones), the group (none when group is "") and the not-before time (none when zero). Topic and
@@ -80,7 +80,7 @@ func Copy(r *kgo.Record, group string, attempts int, notBefore time.Time) *kgo.R
 	o := OriginOf(r)
 	c := &kgo.Record{Key: r.Key, Value: r.Value, Headers: UserHeaders(r.Headers)}
 	c.Headers = append(c.Headers,
-		kgo.RecordHeader{Key: CountHeader, Value: strconv.AppendInt(nil, int64(max(attempts, 1)), 10)},
+		kgo.RecordHeader{Key: CountHeader, Value: strconv.AppendInt(nil, int64(min(max(attempts, 1), MaxCount)), 10)},
 		kgo.RecordHeader{Key: OriginTopicHeader, Value: []byte(o.Topic)},
 		kgo.RecordHeader{Key: OriginPartitionHeader, Value: strconv.AppendInt(nil, int64(o.Partition), 10)},
 		kgo.RecordHeader{Key: OriginOffsetHeader, Value: strconv.AppendInt(nil, o.Offset, 10)},

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -63,12 +64,18 @@ func TestOriginOfAnOriginalIsItself(t *testing.T) {
 }
 
 // A copy's count is the failed delivery's number; below 1 it is taken as 1, so a copy never reads
-// as an original (DESIGN §3.3).
+// as an original (DESIGN §3.3); above MaxCount (a forged count of MaxCount, delivered once more) it
+// is MaxCount, the most Count reads.
 func TestCopyCountIsTheFailedDelivery(t *testing.T) {
 	orig := &kgo.Record{Topic: "t", Offset: 3}
 	require.Equal(t, []string{"4"}, headerValues(Copy(orig, "g", 4, time.Time{}), CountHeader))
 	require.Equal(t, []string{"1"}, headerValues(Copy(orig, "g", 0, time.Time{}), CountHeader))
 	require.Equal(t, 1, Count(Copy(orig, "g", -2, time.Time{})))
+	if strconv.IntSize == 64 { // no int is above MaxCount on 32 bits
+		above := int64(MaxCount)
+		above++
+		require.Equal(t, []string{"2147483647"}, headerValues(Copy(orig, "g", int(above), time.Time{}), CountHeader))
+	}
 }
 
 // A retry count past MaxCount reads as MaxCount: an attempt number built from it cannot overflow.
