@@ -1,10 +1,18 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -68,4 +76,61 @@ func TestEachCommittedPassesOnRefusalsItCannotMatch(t *testing.T) {
 	require.Equal(t, call{"", 0, -1, calls[0].err}, calls[0])
 	require.Contains(t, calls[0].err, "OFFSET_METADATA_TOO_LARGE")
 	eachCommitted(nil, resp, func(string, int32, int64, error) { t.Fatal("called without a request") })
+}
+
+// onAutoCommit replaces franz-go's default commit callback, which logged failures at Error, so it
+// logs them itself (helper-88: refused autocommits were dropped without a word, with no Observer
+// and with one): the partitions the coordinator refused in one Warn line, rebalance refusals and
+// a request cancelled by the group's leaving or the client's closing at Debug, any other failed
+// request at Warn. Committed events are sent for the partitions acknowledged, as before.
+func TestAutocommitFailuresAreLogged(t *testing.T) {
+	c := newBare(t, Tracked, HandlerFunc(func(context.Context, *Delivery) error { return nil }))
+	t.Cleanup(func() {
+		c.d.stop()
+		c.cl.Close()
+	})
+	var out bytes.Buffer
+	c.log = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	lines := func() []string {
+		defer out.Reset()
+		var ls []string
+		for l := range strings.Lines(out.String()) {
+			_, rest, _ := strings.Cut(l, "level=") // drop the time
+			ls = append(ls, strings.TrimSpace(rest))
+		}
+		return ls
+	}
+	req := &kmsg.OffsetCommitRequest{Topics: []kmsg.OffsetCommitRequestTopic{
+		{Topic: "t", Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 10}, {Partition: 1, Offset: 20}, {Partition: 2, Offset: 30}}},
+	}}
+	resp := func(codes ...int16) *kmsg.OffsetCommitResponse {
+		r := &kmsg.OffsetCommitResponse{Topics: []kmsg.OffsetCommitResponseTopic{{Topic: "t"}}}
+		for p, code := range codes {
+			r.Topics[0].Partitions = append(r.Topics[0].Partitions, kmsg.OffsetCommitResponseTopicPartition{Partition: int32(p), ErrorCode: code})
+		}
+		return r
+	}
+
+	c.onAutoCommit(c.cl, req, resp(0, 29 /* TOPIC_AUTHORIZATION_FAILED */, 12 /* OFFSET_METADATA_TOO_LARGE */), nil)
+	require.Equal(t, []string{`WARN msg="tidemark: autocommit refused; offsets not committed" err=` +
+		strconv.Quote("t[1]: "+kerr.TopicAuthorizationFailed.Error()+"\nt[2]: "+kerr.OffsetMetadataTooLarge.Error())}, lines())
+
+	c.onAutoCommit(c.cl, req, resp(27 /* REBALANCE_IN_PROGRESS */, 0, 22 /* ILLEGAL_GENERATION */), nil)
+	require.Equal(t, []string{`DEBUG msg="tidemark: autocommit refused during a rebalance" err=` +
+		strconv.Quote("t[0]: "+kerr.RebalanceInProgress.Error()+"\nt[2]: "+kerr.IllegalGeneration.Error())}, lines())
+
+	c.onAutoCommit(c.cl, req, resp(0, 0, 0), nil)
+	require.Empty(t, lines())
+
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{errors.New("i/o timeout"), `WARN msg="tidemark: autocommit failed" err="i/o timeout"`},
+		{fmt.Errorf("commit: %w", context.Canceled), `DEBUG msg="tidemark: autocommit failed" err="commit: context canceled"`},
+		{kgo.ErrClientClosed, `DEBUG msg="tidemark: autocommit failed" err="client closed"`},
+	} {
+		c.onAutoCommit(c.cl, req, nil, tc.err)
+		require.Equal(t, []string{tc.want}, lines())
+	}
 }

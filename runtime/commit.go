@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"time"
 
@@ -238,19 +239,46 @@ func commitContext(parent context.Context) (context.Context, context.CancelFunc)
 // acknowledged, with the offset its request carried. (Not the client's CommittedOffsets: franz-go
 // leaves those as they were for a response that arrives after its generation moved on, and a
 // v10+ response names topics by ID only; the request has both names and IDs.)
+// It replaces franz-go's default callback, which logged failures at Error, so it logs them:
+// a failed request, and the partitions the coordinator refused (TOPIC_AUTHORIZATION_FAILED, say,
+// which no retry mends: nothing commits, and lag grows), in one Warn line per autocommit. Refusals a rebalance explains
+// (rebalanceRefusal), which the next generation's commits make good, are logged at Debug, as is a
+// request cancelled as the group is left or the client closes.
 func (c *consumer) onAutoCommit(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 	if err != nil {
-		c.log.Debug("tidemark: autocommit failed", "err", err)
+		level := slog.LevelWarn
+		if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
+			level = slog.LevelDebug
+		}
+		c.log.Log(context.Background(), level, "tidemark: autocommit failed", "err", err)
 		return
 	}
-	if !c.observed {
-		return
-	}
+	var refused, rebalance []error
 	eachCommitted(req, resp, func(topic string, partition int32, offset int64, err error) {
-		if err == nil {
-			c.obs.Committed(CommittedEvent{Group: c.group, Topic: topic, Partition: partition, Offset: offset})
+		switch {
+		case err == nil:
+			if c.observed {
+				c.obs.Committed(CommittedEvent{Group: c.group, Topic: topic, Partition: partition, Offset: offset})
+			}
+		case rebalanceRefusal(err):
+			rebalance = append(rebalance, fmt.Errorf("%s[%d]: %w", topic, partition, err))
+		default:
+			refused = append(refused, fmt.Errorf("%s[%d]: %w", topic, partition, err))
 		}
 	})
+	if len(refused) > 0 {
+		c.log.Warn("tidemark: autocommit refused; offsets not committed", "err", errors.Join(refused...))
+	}
+	if len(rebalance) > 0 {
+		c.log.Debug("tidemark: autocommit refused during a rebalance", "err", errors.Join(rebalance...))
+	}
+}
+
+// rebalanceRefusal reports whether err, a partition's OffsetCommit error, says the commit came
+// from a generation a rebalance replaced (KIP-848's STALE_MEMBER_EPOCH among them).
+func rebalanceRefusal(err error) bool {
+	return errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.IllegalGeneration) ||
+		errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.StaleMemberEpoch)
 }
 
 // eachCommitted calls fn for each partition of resp, the answer to the OffsetCommit req: its topic
