@@ -21,7 +21,9 @@
 // starts a new generation: the state is cleared and completing a delivery taken before it changes
 // nothing ([Stale]). A delivery at or below the highest delivered offset (a client-side rewind, after
 // an EOS abort or a data-loss reset) starts a new generation by itself, so a late completion of the
-// pre-rewind delivery of the same offset changes nothing either. An in-place retry is not a new
+// pre-rewind delivery of the same offset changes nothing either; deliveries below the rewind's
+// offset, which nothing delivers again, stay in flight and hold the watermark until completed (a
+// log truncation may rewind the consumer above records still running). An in-place retry is not a new
 // delivery: its caller completes the original once the record is finally settled. A second
 // completion of the same delivery is ignored ([Duplicate]).
 //

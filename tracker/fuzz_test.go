@@ -7,24 +7,30 @@ import (
 	"testing"
 )
 
-// refPartition is the reference model of DESIGN §3.1: the deliveries of the current generation in
-// order, each done or not, written as plainly as possible.
+// refPartition is the reference model of DESIGN §3.1: the deliveries in order, each in flight,
+// done or dead, written as plainly as possible. A rewind that leaves deliveries below its offset in
+// flight keeps them, and the ones before and between them, at the front; the current generation's
+// start at genStart.
 type refPartition struct {
 	capacity   int
 	generation uint64
-	deliveries []refDelivery // this generation's, in delivery order (offsets increase)
-	reported   *int64        // offset Moved last reported in this generation
+	deliveries []refDelivery // in delivery order: in-flight offsets increase
+	genStart   int           // index of this generation's first delivery
+	reported   *int64        // offset Moved last reported
 }
 
 type refDelivery struct {
 	offset int64
 	epoch  int32
 	done   bool
+	dead   bool // in flight at or above a rewind's offset: delivered again, never completed
 	token  Delivery
 }
 
+func (d refDelivery) inFlight() bool { return !d.done && !d.dead }
+
 func (m *refPartition) highest() (int64, bool) {
-	if len(m.deliveries) == 0 {
+	if len(m.deliveries) == m.genStart {
 		return 0, false
 	}
 	return m.deliveries[len(m.deliveries)-1].offset, true
@@ -32,15 +38,15 @@ func (m *refPartition) highest() (int64, bool) {
 
 // oldest returns the index of the first delivery in flight, or -1.
 func (m *refPartition) oldest() int {
-	return slices.IndexFunc(m.deliveries, func(d refDelivery) bool { return !d.done })
+	return slices.IndexFunc(m.deliveries, refDelivery.inFlight)
 }
 
 func (m *refPartition) watermark() (Watermark, bool) {
-	if len(m.deliveries) == 0 {
-		return Watermark{}, false
-	}
 	if i := m.oldest(); i >= 0 {
 		return Watermark{m.deliveries[i].offset, m.deliveries[i].epoch}, true
+	}
+	if len(m.deliveries) == m.genStart {
+		return Watermark{}, false
 	}
 	last := m.deliveries[len(m.deliveries)-1]
 	return Watermark{last.offset + 1, last.epoch}, true
@@ -48,7 +54,7 @@ func (m *refPartition) watermark() (Watermark, bool) {
 
 func (m *refPartition) inFlight() (n int) {
 	for _, d := range m.deliveries {
-		if !d.done {
+		if d.inFlight() {
 			n++
 		}
 	}
@@ -63,8 +69,27 @@ func (m *refPartition) full() bool {
 
 func (m *refPartition) newGeneration() {
 	m.generation++
-	m.deliveries = nil
+	m.deliveries, m.genStart = nil, 0
 	m.reported = nil
+}
+
+// rewind starts the generation of a delivery at offset that leaves the deliveries below offset in
+// flight: those at or above it die. It returns the tokens that became stale: the dead ones, and
+// the completed ones, which now belong to an earlier generation.
+func (m *refPartition) rewind(offset int64) (stale []Delivery) {
+	m.generation++
+	for i := range m.deliveries {
+		d := &m.deliveries[i]
+		switch {
+		case d.inFlight() && d.offset >= offset:
+			d.dead = true
+			stale = append(stale, d.token)
+		case d.done && i >= m.genStart:
+			stale = append(stale, d.token)
+		}
+	}
+	m.genStart = len(m.deliveries)
+	return stale
 }
 
 // fuzzRun drives a Partition and the model with ops decoded from data and compares them after each.
@@ -108,13 +133,21 @@ func (r *fuzzRun) deliver(offset int64, epoch int32) error {
 		}
 		return nil
 	}
-	h, any := r.m.highest()
-	rewind := any && offset <= h
-	if rewind {
-		for _, d := range r.m.deliveries {
-			r.stale = append(r.stale, d.token)
+	if h, any := r.m.highest(); any && offset <= h {
+		switch i := r.m.oldest(); {
+		case i < 0 || r.m.deliveries[i].offset >= offset: // nothing stays in flight: a Reset
+			for _, d := range r.m.deliveries {
+				r.stale = append(r.stale, d.token)
+			}
+			r.m.newGeneration()
+		case r.m.full(): // refused before anything changes
+			if _, err := r.p.Deliver(offset, epoch); !errors.Is(err, ErrFull) {
+				return r.fail("rewind to %d: want ErrFull, got %v", offset, err)
+			}
+			return nil
+		default:
+			r.stale = append(r.stale, r.m.rewind(offset)...)
 		}
-		r.m.newGeneration()
 	}
 	d, err := r.p.Deliver(offset, epoch)
 	if r.m.full() {
@@ -159,7 +192,7 @@ func (r *fuzzRun) step() error {
 	case 2, 3: // complete an in-flight delivery (3: CompleteDeferred, moved past by the next reader)
 		var open []int
 		for i, d := range r.m.deliveries {
-			if !d.done {
+			if d.inFlight() {
 				open = append(open, i)
 			}
 		}
@@ -169,6 +202,9 @@ func (r *fuzzRun) step() error {
 		}
 		i := open[int(arg)%len(open)]
 		r.m.deliveries[i].done = true
+		if i < r.m.genStart { // kept in flight by a rewind: completed, it is of an earlier generation
+			r.stale = append(r.stale, r.m.deliveries[i].token)
+		}
 		if op == 3 {
 			r.log = append(r.log, fmt.Sprintf("complete %d deferred", r.m.deliveries[i].offset))
 			return r.completeWith(r.p.CompleteDeferred, r.m.deliveries[i].token, Completed)
@@ -177,9 +213,9 @@ func (r *fuzzRun) step() error {
 		return r.complete(r.m.deliveries[i].token, Completed)
 	case 4: // complete a completed delivery again
 		var done []int
-		for i, d := range r.m.deliveries {
+		for i, d := range r.m.deliveries[r.m.genStart:] {
 			if d.done {
-				done = append(done, i)
+				done = append(done, r.m.genStart+i)
 			}
 		}
 		if len(done) == 0 {
@@ -291,10 +327,11 @@ func runOps(data []byte) error {
 
 // The tracker agrees with a plain reference model after every op of any sequence (DESIGN §5).
 func FuzzTracker(f *testing.F) {
-	f.Add([]byte{3, 0, 0, 0, 1, 0, 2, 2, 0, 8, 0, 2, 1, 8, 0})             // deliver, gap, complete, report
-	f.Add([]byte{0, 7, 0, 0, 0, 2, 0, 4, 0, 7, 0, 2, 5, 8, 0})             // capacity 1: fill, refuse
-	f.Add([]byte{7, 0, 5, 0, 0, 0, 0, 6, 1, 5, 0, 2, 0, 8, 0, 6, 0, 5, 1}) // rewind, stale, reset
-	f.Add([]byte{4, 7, 9, 2, 3, 2, 1, 4, 0, 8, 0, 7, 2, 2, 7, 8, 1})       // fill twice around a completion
+	f.Add([]byte{3, 0, 0, 0, 1, 0, 2, 2, 0, 8, 0, 2, 1, 8, 0})                         // deliver, gap, complete, report
+	f.Add([]byte{0, 7, 0, 0, 0, 2, 0, 4, 0, 7, 0, 2, 5, 8, 0})                         // capacity 1: fill, refuse
+	f.Add([]byte{7, 0, 5, 0, 0, 0, 0, 6, 1, 5, 0, 2, 0, 8, 0, 6, 0, 5, 1})             // rewind, stale, reset
+	f.Add([]byte{4, 7, 9, 2, 3, 2, 1, 4, 0, 8, 0, 7, 2, 2, 7, 8, 1})                   // fill twice around a completion
+	f.Add([]byte{7, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 6, 3, 8, 0, 2, 0, 8, 0, 5, 0, 4, 0}) // rewind above 1 in flight: kept
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if err := runOps(data); err != nil {
 			t.Fatal(err)

@@ -67,8 +67,9 @@ func NewPartition(capacity int) *Partition {
 
 // Deliver records that the record at offset, with leader epoch epoch (as fetched, -1 if unknown), was
 // received and is now in flight, and returns its token for [Partition.Complete]. An offset at or below
-// the highest delivered offset of the generation is a rewind: it starts a new generation first, as
-// Reset does. Deliver returns [ErrFull] and records nothing when the ring holds its capacity of
+// the highest delivered offset of the generation is a rewind: it starts a new generation first, in
+// which the deliveries at or above offset no longer count (they are delivered again) while those
+// below it stay in flight (see [Partition.rewind]). Deliver returns [ErrFull] and records nothing when the ring holds its capacity of
 // deliveries (the oldest in flight and all after it), and [ErrOffset] for a negative offset or
 // math.MaxInt64. Only the partition's deliverer may call it: one goroutine at a time, serialised by
 // the caller.
@@ -76,8 +77,8 @@ func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
 	if offset < 0 || offset == math.MaxInt64 {
 		return Delivery{}, ErrOffset
 	}
-	if p.any && offset <= p.highest {
-		p.newGeneration()
+	if p.any && offset <= p.highest && !p.rewind(offset) {
+		return Delivery{}, ErrFull
 	}
 	seq := p.tail
 	if seq-p.headSeen >= p.capacity { // the head only moves up: look at it only when it may be full
@@ -102,7 +103,8 @@ func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
 // Complete settles a delivery of this Partition (DESIGN §3.1), from any goroutine, and says what it did:
 // [Completed] if the delivery was in flight (the watermark moves if it was the oldest), [Duplicate] if
 // it was already completed in this generation, [Stale] if it was taken before the current generation
-// began (a Reset or a rewind), or is the zero Delivery. Only Completed changes anything. A completion
+// began (a Reset or a rewind; a delivery a rewind kept in flight reports Completed once, then
+// Stale), or is the zero Delivery. Only Completed changes anything. A completion
 // that races with Reset reports Completed or Stale; either way the new generation is unaffected.
 // A token of another Partition (one removed and created again, say) never reports Completed when
 // its sequence number or its offset differs from this Partition's delivery: Stale while that
@@ -167,7 +169,7 @@ func (p *Partition) completeFrom(d Delivery, w uint64, advance bool) Result {
 	}
 }
 
-// advance moves the head past completed slots. It is called by the completer of the slot at the head
+// advance moves the head past completed slots, and past dead ones a rewind left behind kept ones. It is called by the completer of the slot at the head
 // (Complete, not CompleteDeferred), by Advance, by a Deliver that finds the ring full, and by
 // readers that find a completed slot there. Whoever moves the head looks again from the new
 // head, so a slot completed while the head was below it is never left behind: its completer saw a
@@ -180,7 +182,7 @@ func (p *Partition) advance() {
 		n := h
 		for {
 			w := p.ring[n&p.mask].word.Load()
-			if seqOf(w) != n || stateOf(w) != stateDone {
+			if seqOf(w) != n || stateOf(w) != stateDone && stateOf(w) != stateDead {
 				break
 			}
 			n++
@@ -202,6 +204,48 @@ func (p *Partition) advance() {
 // Reset returns [Stale] and changes nothing. Only the partition's deliverer goroutine may call it. It
 // costs one pass over the deliveries still in the ring.
 func (p *Partition) Reset() { p.newGeneration() }
+
+// rewind starts a new generation for a delivery at offset, at or below the highest delivered one
+// (DESIGN §3.1: a client-side rewind). The deliveries in flight at or above offset die (Stale):
+// offset and what follows are delivered again. The ones below offset stay in flight, and hold the
+// watermark, until completed: nothing delivers them again. A log truncation rewinds franz-go to
+// the new leader's end offset, which may be above records still running (helper-87: a Tracked
+// partition committed 6 while 3 ran, and 4 and 5 were queued). When none stays in flight, rewind is
+// Reset. Otherwise it changes nothing and returns false if the ring has no room for the delivery
+// at offset (Deliver's ErrFull), so that the generation never ends in dead deliveries.
+// In-flight offsets increase with sequence numbers (each rewind kills those at or above its
+// offset, the next ones start there), so the ones that stay are the oldest, from the head on.
+func (p *Partition) rewind(offset int64) bool {
+	keep := false
+	for seq := p.head.Load(); seq < p.tail; seq++ {
+		s := &p.ring[seq&p.mask]
+		if w := s.word.Load(); seqOf(w) == seq && stateOf(w) == stateInFlight {
+			keep = s.offset.Load() < offset
+			break
+		}
+	}
+	if !keep {
+		p.newGeneration()
+		return true
+	}
+	if p.tail-p.head.Load() >= p.capacity {
+		if p.advance(); p.tail-p.head.Load() >= p.capacity {
+			return false
+		}
+	}
+	p.version.Add(1) // odd: readers wait for the new generation
+	t := p.tail
+	p.start.Store(t)
+	for seq := p.head.Load(); seq < t; seq++ {
+		s := &p.ring[seq&p.mask]
+		if w := s.word.Load(); seqOf(w) == seq && stateOf(w) == stateInFlight && s.offset.Load() >= offset {
+			s.word.CompareAndSwap(w, w&^stateMask|stateDead) // fails only if Complete won the slot
+		}
+	}
+	p.any = false
+	p.version.Add(1)
+	return true
+}
 
 func (p *Partition) newGeneration() {
 	p.version.Add(1) // odd: readers wait for the new generation

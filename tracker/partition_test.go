@@ -190,6 +190,68 @@ func TestRewindStartsANewGeneration(t *testing.T) {
 	})
 }
 
+// A rewind above a delivery still in flight (franz-go resuming at a truncated log's new end, above
+// records still running) leaves the deliveries below its offset in flight, holding the watermark:
+// nothing delivers them again. Those at or above it are delivered again, and their earlier
+// deliveries are stale (helper-87: the watermark jumped from 3 to 6 while 3 ran).
+func TestRewindAboveARecordInFlightKeepsItInFlight(t *testing.T) {
+	p := NewPartition(32)
+	old := deliverAll(t, p, span(0, 9)...)
+	for _, o := range []int64{0, 1, 2, 4} {
+		require.Equal(t, Completed, p.Complete(old[o]))
+	}
+	wm, ok := p.Moved()
+	require.True(t, ok)
+	require.Equal(t, int64(3), wm.Offset)
+
+	again, err := p.Deliver(6, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), p.Generation())
+	_, ok = p.Moved()
+	require.False(t, ok, "3 still holds the watermark")
+	require.Equal(t, int64(3), watermark(t, p))
+	require.Equal(t, 3, p.InFlight(), "3 and 5 kept, 6 delivered again; 7..9 dead")
+	for _, o := range []int64{6, 7, 8, 9} {
+		require.Equal(t, Stale, p.Complete(old[o]), "offset %d: delivered again", o)
+	}
+	require.Equal(t, int64(3), watermark(t, p))
+
+	require.Equal(t, Completed, p.Complete(old[3]))
+	require.Equal(t, Watermark{Offset: 5}, mustMoved(t, p), "5 is still in flight")
+	require.Equal(t, Completed, p.Complete(old[5]))
+	require.Equal(t, Watermark{Offset: 6, Epoch: 1}, mustMoved(t, p), "past the dead deliveries, to 6's new one")
+	require.Equal(t, Stale, p.Complete(old[5]), "completed before, and of an earlier generation")
+	require.Equal(t, Completed, p.Complete(again))
+	require.Equal(t, Watermark{Offset: 7, Epoch: 1}, mustMoved(t, p))
+
+	t.Run("a rewind at or below every delivery in flight is a Reset", func(t *testing.T) {
+		p := NewPartition(8)
+		old := deliverAll(t, p, 3, 4, 5)
+		_, err := p.Deliver(3, 1)
+		require.NoError(t, err)
+		require.Equal(t, 1, p.InFlight())
+		require.Equal(t, Stale, p.Complete(old[3]))
+		require.Equal(t, int64(3), watermark(t, p))
+	})
+	t.Run("no room for the delivery: refused, nothing changed", func(t *testing.T) {
+		p := NewPartition(3)
+		old := deliverAll(t, p, 0, 1, 2)
+		_, err := p.Deliver(1, 0)
+		require.ErrorIs(t, err, ErrFull)
+		require.Equal(t, uint64(1), p.Generation())
+		require.Equal(t, 3, p.InFlight())
+		require.Equal(t, Completed, p.Complete(old[2]), "not killed")
+	})
+}
+
+// mustMoved returns what Moved reports, failing the test if it reports nothing.
+func mustMoved(t testing.TB, p *Partition) Watermark {
+	t.Helper()
+	wm, ok := p.Moved()
+	require.True(t, ok, "the watermark did not move")
+	return wm
+}
+
 // When the ring holds its capacity (the oldest in-flight delivery and all after it), Deliver refuses
 // and records nothing; completing the oldest frees room.
 func TestFullRingRefusesAndRecordsNothing(t *testing.T) {

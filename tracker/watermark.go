@@ -48,10 +48,10 @@ func (p *Partition) read() view {
 				v.key = 2*h - 1
 			}
 			slack = p.slack // slot h is reused for h+len(ring) only once the head passes h+slack
-		case seq == h && stateOf(w) == stateDone:
+		case seq == h && (stateOf(w) == stateDone || stateOf(w) == stateDead):
 			p.advance()
 			continue
-		case seq >= h: // dead (a new generation is starting) or reused (the head moved on): look again
+		case seq > h: // reused (the head moved on): look again
 			continue
 		case h == start: // nothing delivered at the head, and nothing before it in this generation
 		default: // nothing in flight: the highest delivered (h-1, completed) + 1
