@@ -402,20 +402,34 @@ func (c *consumer) countTxnTry(it *item, spent bool, cause error) {
 	}
 }
 
-// forgetTxnTries drops the counts of offsets below the committed ones: those records are settled.
+// forgetTxnTries drops the counts of offsets below the committed ones, whose records are settled,
+// and of partitions no longer owned (revoked or lost: their next owner counts their attempts anew;
+// helper-87: they were kept for good).
 func (c *consumer) forgetTxnTries(committed map[string]map[int32]kgo.EpochOffset) {
+	c.txnMu.Lock()
+	none := len(c.txnTried) == 0
+	c.txnMu.Unlock()
+	if none {
+		return
+	}
+	owned := make(map[tp]bool)
+	for _, ps := range c.d.owned() { // d.mu is never taken under txnMu
+		owned[ps.tp] = true
+	}
 	c.txnMu.Lock()
 	defer c.txnMu.Unlock()
 	for key, offs := range c.txnTried {
-		eo, ok := committed[key.topic][key.partition]
-		if !ok {
-			continue
-		}
-		for off := range offs {
-			if off < eo.Offset {
-				delete(offs, off)
-				delete(c.txnGone[key], off)
+		if eo, ok := committed[key.topic][key.partition]; ok {
+			for off := range offs {
+				if off < eo.Offset {
+					delete(offs, off)
+					delete(c.txnGone[key], off)
+				}
 			}
+		}
+		if len(offs) == 0 || !owned[key] {
+			delete(c.txnTried, key)
+			delete(c.txnGone, key)
 		}
 	}
 }
