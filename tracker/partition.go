@@ -242,6 +242,9 @@ func (p *Partition) rewind(offset int64) bool {
 			s.word.CompareAndSwap(w, w&^stateMask|stateDead) // fails only if Complete won the slot
 		}
 	}
+	// A completer of a kept delivery may have moved the head up to a slot the scan then killed,
+	// and stopped there: nobody else looks again (helper-89).
+	p.advance()
 	p.any = false
 	p.version.Add(1)
 	return true

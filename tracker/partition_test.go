@@ -244,6 +244,30 @@ func TestRewindAboveARecordInFlightKeepsItInFlight(t *testing.T) {
 	})
 }
 
+// A rewind's completer race: the kept delivery completes between the rewind's keep check and its
+// kill scan, and its completer moves the head up to a slot the scan then kills. The rewind moves
+// the head past it itself; nobody else would, and Span would count it with nothing in flight
+// (helper-89).
+func TestRewindMovesTheHeadPastASlotItKilled(t *testing.T) {
+	p := NewPartition(3) // a ring of 4
+	ds := deliverAll(t, p, 1, 2, 3)
+	require.Equal(t, Completed, p.CompleteDeferred(ds[1])) // the rewind's room check advances past it
+	once := false
+	p.beforeMove = func() { // after the keep check (2 in flight, below 3), before the kill scan
+		if !once {
+			once = true
+			require.Equal(t, Completed, p.Complete(ds[2]))
+		}
+	}
+	again, err := p.Deliver(3, 0) // 2 kept, 3 killed
+	p.beforeMove = nil
+	require.NoError(t, err)
+	require.Equal(t, Stale, p.Complete(ds[3]))
+	require.Equal(t, Completed, p.Complete(again))
+	require.Equal(t, 0, p.InFlight())
+	require.Equal(t, 0, p.Span(), "nothing in flight, nothing completed deferred")
+}
+
 // mustMoved returns what Moved reports, failing the test if it reports nothing.
 func mustMoved(t testing.TB, p *Partition) Watermark {
 	t.Helper()

@@ -76,7 +76,9 @@ func (p *Partition) Watermark() (Watermark, bool) {
 // generation, so the runtime calls MarkCommitOffsets once per partition per move (DESIGN §3.11); else
 // the zero Watermark and false. A watermark is reported at most once, however many goroutines call
 // Moved. After a Reset or a rewind the new generation's first watermark is reported even if it is
-// lower than, or equal to, the last one reported. Intermediate values between two calls are skipped.
+// lower than, or equal to, the last one reported; a rewind that keeps a delivery in flight leaves
+// the watermark at that delivery, which is not reported again. Intermediate values between two
+// calls are skipped.
 func (p *Partition) Moved() (Watermark, bool) {
 	for {
 		v := p.read()
@@ -93,7 +95,7 @@ func (p *Partition) Moved() (Watermark, bool) {
 	}
 }
 
-// Oldest returns the lowest offset in flight in this generation and true, or false when nothing is in
+// Oldest returns the lowest offset in flight (deliveries a rewind kept in flight included) and true, or false when nothing is in
 // flight. A partition whose Oldest stays put while others move is stalled (DESIGN §3.3). Safe from any
 // goroutine.
 func (p *Partition) Oldest() (offset int64, ok bool) {
@@ -101,9 +103,10 @@ func (p *Partition) Oldest() (offset int64, ok bool) {
 	return v.wm.Offset, v.inFlight
 }
 
-// InFlight returns the number of deliveries of this generation not yet completed. It counts the ring
-// from the oldest in-flight delivery, so it costs up to one pass over the ring; while deliveries and
-// completions run concurrently the count is a recent one rather than exact. Safe from any goroutine.
+// InFlight returns the number of deliveries not yet completed: this generation's, and those a
+// rewind kept in flight. It counts the ring from the oldest in-flight delivery, so it costs up to
+// one pass over the ring; while deliveries and completions run concurrently the count is a recent
+// one rather than exact. Safe from any goroutine.
 func (p *Partition) InFlight() int {
 	for {
 		ver := p.version.Load()
