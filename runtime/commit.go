@@ -239,11 +239,11 @@ func commitContext(parent context.Context) (context.Context, context.CancelFunc)
 // acknowledged, with the offset its request carried. (Not the client's CommittedOffsets: franz-go
 // leaves those as they were for a response that arrives after its generation moved on, and a
 // v10+ response names topics by ID only; the request has both names and IDs.)
-// It replaces franz-go's default callback, which logged failures at Error, so it logs them:
-// a failed request, and the partitions the coordinator refused (TOPIC_AUTHORIZATION_FAILED, say,
-// which no retry mends: nothing commits, and lag grows), in one Warn line per autocommit. Refusals a rebalance explains
-// (rebalanceRefusal), which the next generation's commits make good, are logged at Debug, as is a
-// request cancelled as the group is left or the client closes.
+// It replaces franz-go's default callback, which logged failures at Error, so it logs them: a
+// failed request, and the partitions the coordinator refused (TOPIC_AUTHORIZATION_FAILED, say,
+// which no retry mends: nothing commits, and lag grows), in one Warn line per autocommit.
+// Refusals a rebalance explains (rebalanceRefusal), which the next generation's commits make
+// good, are logged at Debug, as is a request cancelled as the group is left or the client closes.
 func (c *consumer) onAutoCommit(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 	if err != nil {
 		level := slog.LevelWarn

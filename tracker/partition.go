@@ -69,9 +69,9 @@ func NewPartition(capacity int) *Partition {
 // received and is now in flight, and returns its token for [Partition.Complete]. An offset at or below
 // the highest delivered offset of the generation is a rewind: it starts a new generation first, in
 // which the deliveries at or above offset no longer count (they are delivered again) while those
-// below it stay in flight (see [Partition.rewind]). Deliver returns [ErrFull] and records nothing when the ring holds its capacity of
-// deliveries (the oldest in flight and all after it), and [ErrOffset] for a negative offset or
-// math.MaxInt64. Only the partition's deliverer may call it: one goroutine at a time, serialised by
+// below it stay in flight (see rewind). Deliver returns [ErrFull] and records nothing when the
+// ring holds its capacity of deliveries (the oldest in flight and all after it), and [ErrOffset]
+// for a negative offset or math.MaxInt64. Only the partition's deliverer may call it: one goroutine at a time, serialised by
 // the caller.
 func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
 	if offset < 0 || offset == math.MaxInt64 {
@@ -169,8 +169,8 @@ func (p *Partition) completeFrom(d Delivery, w uint64, advance bool) Result {
 	}
 }
 
-// advance moves the head past completed slots, and past dead ones a rewind left behind kept ones. It is called by the completer of the slot at the head
-// (Complete, not CompleteDeferred), by Advance, by a Deliver that finds the ring full, and by
+// advance moves the head past completed slots, and past dead ones a rewind left behind kept ones.
+// It is called by the completer of the slot at the head (Complete, not CompleteDeferred), by Advance, by a Deliver that finds the ring full, and by
 // readers that find a completed slot there. Whoever moves the head looks again from the new
 // head, so a slot completed while the head was below it is never left behind: its completer saw a
 // head below its slot before the head reached it, hence after it completed the slot, and the
