@@ -71,8 +71,8 @@ func NewPartition(capacity int) *Partition {
 // which the deliveries at or above offset no longer count (they are delivered again) while those
 // below it stay in flight (see rewind). Deliver returns [ErrFull] and records nothing when the
 // ring holds its capacity of deliveries (the oldest in flight and all after it), and [ErrOffset]
-// for a negative offset or math.MaxInt64. Only the partition's deliverer may call it: one goroutine at a time, serialised by
-// the caller.
+// for a negative offset or math.MaxInt64. Only the partition's deliverer may call it: one
+// goroutine at a time, serialised by the caller.
 func (p *Partition) Deliver(offset int64, epoch int32) (Delivery, error) {
 	if offset < 0 || offset == math.MaxInt64 {
 		return Delivery{}, ErrOffset
@@ -170,8 +170,9 @@ func (p *Partition) completeFrom(d Delivery, w uint64, advance bool) Result {
 }
 
 // advance moves the head past completed slots, and past dead ones a rewind left behind kept ones.
-// It is called by the completer of the slot at the head (Complete, not CompleteDeferred), by Advance, by a Deliver that finds the ring full, and by
-// readers that find a completed slot there. Whoever moves the head looks again from the new
+// It is called by the completer of the slot at the head (Complete, not CompleteDeferred), by
+// Advance, by a Deliver that finds the ring full, by rewind, and by readers that find a
+// completed or dead slot there. Whoever moves the head looks again from the new
 // head, so a slot completed while the head was below it is never left behind: its completer saw a
 // head below its slot before the head reached it, hence after it completed the slot, and the
 // goroutine that moved the head there reads it afterwards. A goroutine whose compare-and-swap fails
