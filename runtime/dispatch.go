@@ -52,6 +52,7 @@ type partState struct {
 	done atomic.Pointer[doneCell]
 
 	// guarded by dispatcher.mu, used by the committer
+	winHigh     int64     // Transactional: the highest offset admitted into the current window, -1 for none
 	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
 	oldestSince time.Time // when it was first seen
 
@@ -377,6 +378,15 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 				d.freeLocked(it)
 				return len(recs), moved, nil // the whole window is read again
 			}
+			if r.Offset <= ps.winHigh {
+				// Fetched again from a lower offset (a log truncation rewound franz-go): the records
+				// queued from the first fetch would be handled beside their new copies, and both
+				// publish in one transaction. The window is read again from the committed offsets.
+				d.freeLocked(it)
+				d.win.w.Abort(errRewound)
+				return len(recs), moved, nil
+			}
+			ps.winHigh = r.Offset
 			if due > 0 { // DESIGN §3.4: abort once, pause the partition until the copy is due
 				d.freeLocked(it)
 				d.win.w.Abort(errCopyNotDue)
@@ -1169,4 +1179,7 @@ func (d *dispatcher) setWindow(w *txnWindow) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.win = w
+	for _, ps := range d.parts {
+		ps.winHigh = -1
+	}
 }

@@ -167,6 +167,16 @@ func (o *observer) Delivered(e runtime.DeliveredEvent) {
 	o.delivered = append(o.delivered, e)
 }
 
+// deliveredRecords returns the records of every Delivered event so far.
+func (o *observer) deliveredRecords() (n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, e := range o.delivered {
+		n += e.Records
+	}
+	return n
+}
+
 func (o *observer) Paused(e runtime.PausedEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -27,6 +27,7 @@ var (
 	errCopyNotDue    = errors.New("tidemark: a retry copy was polled before it was due")
 	errWindowStalled = errors.New("tidemark: window timeout passed before its records settled")
 	errRevokedWindow = errors.New("tidemark: a partition was revoked or lost during the window")
+	errRewound       = errors.New("tidemark: a partition was fetched again from a lower offset (a log truncation) during the window")
 	errSpentInWindow = errors.New("tidemark: attempts spent in aborted windows")
 )
 

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,32 +44,8 @@ func TestTrackedTruncationBelowTheFetchedKeepsEarlierRecordsInFlight(t *testing.
 	<-started
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3})
 
-	k := c.Kfake() // the leader changed; its log diverges at 6
-	k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "in", Err: kerr.FencedLeaderEpoch})
-	k.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
-		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewOffsetForLeaderEpochResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
-				sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, rp.LeaderEpoch, 6
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
-	delivered := func() (n int) {
-		obs.mu.Lock()
-		defer obs.mu.Unlock()
-		for _, e := range obs.delivered {
-			n += e.Records
-		}
-		return n
-	}
-	eventually(t, func() bool { return delivered() == 20+14 }, "6..19 not fetched again (delivered %d)", delivered())
+	truncateAt(c, "in", 6) // the leader changed; its log diverges at 6
+	eventually(t, func() bool { return obs.deliveredRecords() == 20+14 }, "6..19 not fetched again (delivered %d)", obs.deliveredRecords())
 
 	// Shutdown cancels 3 at its drain bound and commits what finished: the watermark, 3.
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -83,4 +60,57 @@ func TestTrackedTruncationBelowTheFetchedKeepsEarlierRecordsInFlight(t *testing.
 	start(t, app2)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 20})
 	require.Equal(t, vals[3:], s.values())
+}
+
+// Under Transactional the same truncation would have the records queued from the first fetch, 6..19,
+// handled beside their new copies in one window, and both outputs committed in one transaction.
+// A rewind within a window aborts it instead: it is read again from the committed offsets, and
+// every input has exactly one output.
+func TestTransactionalTruncationReadsTheWindowAgain(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 20, 1)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	obs := &observer{}
+	var app *runtime.App
+	app = txnAppWith(c, []runtime.Option{runtime.Observe(obs)}, "tx-truncation", func(*runtime.App) runtime.Handler {
+		return transform(&app, func(ctx context.Context, d *runtime.Delivery) error {
+			if string(d.Record().Value) == "3" && once.CompareAndSwap(false, true) {
+				close(started)
+				return await(ctx, release)
+			}
+			return nil
+		})
+	})
+	start(t, app)
+	<-started
+	truncateAt(c, "in", 6)
+	eventually(t, func() bool { return obs.deliveredRecords() == 20+14 }, "6..19 not fetched again (delivered %d)", obs.deliveredRecords())
+	close(release)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	requireOneOutputPerInput(t, c, 20)
+}
+
+// truncateAt makes topic's next fetch fail with FENCED_LEADER_EPOCH and answers franz-go's
+// OffsetForLeaderEpoch with end offset at, as a new leader whose log ends there would: franz-go
+// then fetches from at.
+func truncateAt(c *kfaketest.Cluster, topic string, at int64) {
+	k := c.Kfake()
+	k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic, Err: kerr.FencedLeaderEpoch})
+	k.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.OffsetForLeaderEpochRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetForLeaderEpochResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+				sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, rp.LeaderEpoch, at
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
 }
