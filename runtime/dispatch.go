@@ -502,6 +502,15 @@ func (d *dispatcher) readyLocked(u *unit) {
 		return
 	}
 	u.ready = true
+	if n := d.readyLen(); len(d.ready) == cap(d.ready) && d.rhead > 0 && 3*n <= 2*cap(d.ready) {
+		// Taken from its front (rhead) and fed at its end, the list starts over at its array's
+		// start only once empty, which it never is while lanes lag behind: move what is ready to the
+		// start instead of growing the array by one entry per take for good (helper-91). As for a
+		// unit's q (enqueueLocked): O(1) per entry.
+		k := copy(d.ready, d.ready[d.rhead:])
+		clear(d.ready[k:])
+		d.ready, d.rhead = d.ready[:k], 0
+	}
 	d.ready = append(d.ready, u)
 }
 
@@ -752,7 +761,7 @@ func (d *dispatcher) freeLocked(it *item) {
 // record.
 func (d *dispatcher) forgetUnitLocked(u *unit, it *item) {
 	switch {
-	case u.keyed:
+	case u.keyed && u.ps.keys[u.key] == u:
 		delete(u.ps.keys, u.key)
 	case u.copied && u.ps.copies[it.off] == u:
 		delete(u.ps.copies, it.off)
@@ -1154,8 +1163,11 @@ func (d *dispatcher) dropQueued(tw *txnWindow) {
 		if ps.single != nil {
 			drop(ps.single)
 		}
-		for _, u := range ps.keys {
+		for key, u := range ps.keys { // emptied, a key's unit is forgotten as after its last record
 			drop(u)
+			if !u.busy() && len(u.q) == 0 {
+				delete(ps.keys, key)
+			}
 		}
 		for off, u := range ps.copies { // a copy behind its aborted delivery is listed nowhere else
 			drop(u)
