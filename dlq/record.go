@@ -23,17 +23,19 @@ const (
 )
 
 // MaxErrorBytes bounds ErrorHeader's value: longer error texts are truncated to it, at a character
-// boundary, so the value stays valid UTF-8.
+// boundary, so a text that is valid UTF-8 stays so. Bytes that are not (an error quoting a binary
+// payload) are kept as they are, and cut at MaxErrorBytes where no character starts near it.
 const MaxErrorBytes = 1024
 
 // Record returns the dead-letter record of r for topic: a retry copy of r (retry.Copy with no
 // group and no delay, so any group may consume it; its retry count is attempts) plus the
 // provenance headers, naming group, the handler's error cause (nil allowed) and how many
-// deliveries r had (attempts, at least 1; a smaller value is taken as 1). Partition is left for the
+// deliveries r had (attempts, from 1 to retry.MaxCount; a value outside is taken as the nearer
+// bound, so AttemptsHeader and retry.CountHeader always agree). Partition is left for the
 // producer's partitioner.
 func Record(r *kgo.Record, topic, group string, attempts int, cause error) *kgo.Record {
 	o := retry.OriginOf(r)
-	attempts = max(attempts, 1)
+	attempts = min(max(attempts, 1), retry.MaxCount)
 	d := retry.Copy(r, "", attempts, time.Time{})
 	d.Topic = topic
 	d.Headers = slices.DeleteFunc(d.Headers, func(h kgo.RecordHeader) bool { // each header once

@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,8 @@ func TestRecordOfADeadLetterRecordKeepsOneProvenance(t *testing.T) {
 }
 
 // A long error text is cut at a character boundary, the last character whole, whatever its width
-// and wherever it falls against MaxErrorBytes; attempts below 1 are taken as 1 in both counts.
+// and wherever it falls against MaxErrorBytes; attempts below 1 are taken as 1 in both counts, and
+// above retry.MaxCount as retry.MaxCount (the dlq count said one more than the retry count).
 func TestRecordKeepsItsHeadersValid(t *testing.T) {
 	r := &kgo.Record{Topic: "t"}
 	long := errors.New(strings.Repeat("é", 1000)) // 2 bytes each: 1,024 falls between two
@@ -86,6 +88,9 @@ func TestRecordKeepsItsHeadersValid(t *testing.T) {
 	d := Record(r, "dlq", "g", -3, nil)
 	require.Equal(t, []string{"1"}, values(d, AttemptsHeader))
 	require.Equal(t, []string{"1"}, values(d, retry.CountHeader))
+	d = Record(r, "dlq", "g", math.MaxInt, nil)
+	require.Equal(t, []string{"2147483647"}, values(d, AttemptsHeader))
+	require.Equal(t, []string{"2147483647"}, values(d, retry.CountHeader))
 }
 
 // An error text quoting binary bytes (no character starts around the cut) is cut at MaxErrorBytes

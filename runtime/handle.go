@@ -82,7 +82,8 @@ const (
 	// parallel. The default.
 	ByPartition Ordering = iota
 	// ByKey handles records with equal keys (within a partition) one at a time in order; different
-	// keys run in parallel; keyless records keep partition order among themselves.
+	// keys run in parallel; keyless records (a nil key) keep partition order among themselves. An
+	// empty key is a key like any other, so keyless and empty-keyed records run apart.
 	ByKey
 	// Unordered handles any record on any idle lane.
 	Unordered

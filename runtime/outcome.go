@@ -47,7 +47,9 @@ var (
 // runtime cancelled (a drain bound passed, the partition was lost), it counts as a failure like any
 // error: the record did not finish and stays uncommitted for the next owner (OutcomeRetry; DESIGN
 // §3.7). Under Transactional the ctx is cancelled when its window aborts: the record is read again
-// with the whole window, whatever its handler returned.
+// with the whole window, whatever its handler returned. Wrapped in another error (fmt.Errorf with
+// %w), an outcome still counts: the outermost Drop or Retry errors.As finds decides, and its err is
+// the cause that is logged and dead-lettered, not the wrapping text.
 func Drop(err error) error {
 	if err == nil {
 		err = errDropped
@@ -59,6 +61,7 @@ func Drop(err error) error {
 // non-nil error from a handler means the same. In the Tracked mode without a copy policy the record
 // is handled again in place, after the Backoff, before the records that must stay behind it; in the
 // Auto mode it is refused with ErrRetryUnsupported (DESIGN §3.2). err says why; nil is allowed.
+// Wrapped in another error, it still counts, as Drop says.
 func Retry(err error) error {
 	if err == nil {
 		err = errRetried

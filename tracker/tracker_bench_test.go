@@ -161,12 +161,7 @@ func BenchmarkCompleteParallel(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				var held [burst]Delivery
 				n, k := 0, 0
-				for pb.Next() {
-					for k == n {
-						if n, k = refill(&held), 0; n == 0 {
-							runtime.Gosched()
-						}
-					}
+				complete := func() {
 					j := k
 					if n == burst {
 						j = (k*37 + 11) % burst // out of delivery order
@@ -175,6 +170,20 @@ func BenchmarkCompleteParallel(b *testing.B) {
 					if p.Complete(held[j]) != Completed {
 						b.Error("not completed")
 					}
+				}
+				for pb.Next() {
+					for k == n {
+						if n, k = refill(&held), 0; n == 0 {
+							runtime.Gosched()
+						}
+					}
+					complete()
+				}
+				// Out of iterations, a goroutine completes what it holds: a goroutine that still has
+				// some would otherwise spin for good on a ring filled behind the oldest of them
+				// (a 2-core run hung here once its goroutines' shares of b.N came apart).
+				for k < n {
+					complete()
 				}
 			})
 		})
