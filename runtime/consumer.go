@@ -213,7 +213,7 @@ func (c *consumer) topicsToConsume() []string {
 
 // newPart makes the state of a newly owned partition.
 func (c *consumer) newPart(key tp) *partState {
-	ps := &partState{tp: key, gen: c.gen.Add(1), oldest: -1, winHigh: -1}
+	ps := &partState{tp: key, gen: c.gen.Add(1), oldest: -1, high: -1}
 	ps.done.Store(&doneCell{epoch: -1})
 	ps.marked = kgo.EpochOffset{Epoch: -1}
 	if c.tracked {

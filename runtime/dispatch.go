@@ -1,8 +1,10 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,12 +53,21 @@ type partState struct {
 	// new cell. Not the record itself: its value would keep its whole fetch buffer alive.
 	done atomic.Pointer[doneCell]
 
+	rewound atomic.Pointer[rewindMark] // Auto, Tracked: the latest rewind (see stale); nil before any
+
 	// guarded by dispatcher.mu, used by the committer
-	winHigh     int64     // Transactional: the highest offset admitted into the current window, -1 for none
+	high        int64     // the highest offset admitted (Transactional: into the current window), -1 for none
 	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
 	oldestSince time.Time // when it was first seen
 
 	marked kgo.EpochOffset // Auto: the position last marked (guarded by consumer.markMu), {-1, 0} before any
+}
+
+// A rewindMark is a partition's latest rewind: the records admitted before it at or above its
+// offset are stale (see stale). Immutable.
+type rewindMark struct {
+	n  uint32 // the partition's rewinds so far, this one included
+	at int64  // the offset it fetched again from
 }
 
 // A doneCell is Auto's done position within one leader epoch.
@@ -132,7 +143,7 @@ type unit struct {
 func (u *unit) busy() bool { return u.taken > 0 || u.parked || u.blocked }
 
 // An item is one held record. Items are allocated in a slab per poll and partition (push), so
-// keep them small: 88 bytes.
+// keep them small: 96 bytes.
 type item struct {
 	rec     *kgo.Record // the handler's to read (and, against the docs, to change): the runtime reads off and epoch
 	off     int64       // rec's offset when admitted: what the runtime marks, counts and reports
@@ -149,6 +160,7 @@ type item struct {
 	control bool          // a transaction marker: settled without the handler
 	foreign bool          // a retry copy made by another group: settled without the handler
 	alone   bool          // handled out of order, in a unit of its own: a retry copy of this group
+	rewinds uint32        // Auto, Tracked: ps's rewinds when admitted (see stale)
 }
 
 type action uint8
@@ -317,6 +329,15 @@ func (d *dispatcher) admitLocked(ps *partState, recs []*kgo.Record) (moved bool,
 			d.backlogged--
 		}
 	}()
+	if n := len(ps.backlog); n > 0 && len(recs) > 0 && recs[0].Offset <= ps.backlog[n-1].Offset {
+		// Fetched again from a lower offset: what the backlog holds at or above it comes again
+		// (see dropFromLocked). Never admitted, it has nothing to undo.
+		i, _ := slices.BinarySearchFunc(ps.backlog, recs[0].Offset, func(r *kgo.Record, off int64) int {
+			return cmp.Compare(r.Offset, off)
+		})
+		clear(ps.backlog[i:])
+		ps.backlog = ps.backlog[:i]
+	}
 	if len(ps.backlog) > 0 {
 		n, m, err := d.admitSomeLocked(ps, ps.backlog)
 		clear(ps.backlog[:n])
@@ -360,6 +381,25 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 				}
 			}
 		}
+		if d.backlogs { // Auto, Tracked; Transactional aborts its window instead (below)
+			if r.Offset <= ps.high {
+				// Fetched again from a lower offset (a log truncation, an offset reset): the
+				// records admitted from the first fetch at or above it come again, or are gone
+				// from the log. They are not handled beside their new copies: the queued ones are
+				// dropped, the taken ones are no longer runnable (stale); the tracker's rewind
+				// (Deliver) stops counting them.
+				m := &rewindMark{n: 1, at: r.Offset}
+				if old := ps.rewound.Load(); old != nil {
+					m.n = old.n + 1
+				}
+				ps.rewound.Store(m)
+				d.dropFromLocked(ps, r.Offset)
+			}
+			ps.high = r.Offset
+			if m := ps.rewound.Load(); m != nil {
+				it.rewinds = m.n
+			}
+		}
 		if ps.trk != nil {
 			slot, derr := ps.trk.Deliver(r.Offset, r.LeaderEpoch)
 			if derr != nil {
@@ -378,7 +418,7 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 				d.freeLocked(it)
 				return len(recs), moved, nil // the whole window is read again
 			}
-			if r.Offset <= ps.winHigh {
+			if r.Offset <= ps.high {
 				// Fetched again from a lower offset (a log truncation rewound franz-go): the records
 				// queued from the first fetch would be handled beside their new copies, and both
 				// publish in one transaction. The window is read again from the committed offsets.
@@ -386,7 +426,7 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 				d.win.w.Abort(errRewound)
 				return len(recs), moved, nil
 			}
-			ps.winHigh = r.Offset
+			ps.high = r.Offset
 			if due > 0 { // DESIGN §3.4: abort once, pause the partition until the copy is due
 				d.freeLocked(it)
 				d.win.w.Abort(errCopyNotDue)
@@ -618,8 +658,12 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 		last = ps
 	}
 	for _, it := range items[handled:] {
-		if u := it.u; !u.busy() && len(u.q) > 0 {
+		switch u := it.u; {
+		case u.busy():
+		case len(u.q) > 0:
 			d.readyLocked(u)
+		default: // its records dropped: forgotten as after its last record
+			d.forgetUnitLocked(u, it)
 		}
 	}
 	if last != nil {
@@ -700,9 +744,19 @@ func (d *dispatcher) dropItemLocked(it *item) {
 }
 
 // runnable reports whether a taken record may still be handled: its partition is owned, the
-// dispatcher is not stopping, and its Transactional window has not aborted.
+// dispatcher is not stopping, its Transactional window has not aborted, and it is not stale.
 func (d *dispatcher) runnable(it *item) bool {
-	return !it.ps.closed.Load() && !d.stopping.Load() && (it.win == nil || it.win.w.Aborted() == nil)
+	return !it.ps.closed.Load() && !d.stopping.Load() && (it.win == nil || it.win.w.Aborted() == nil) &&
+		!it.stale()
+}
+
+// stale reports whether it was admitted before its partition's latest rewind, at or above the
+// rewind's offset (Auto, Tracked): fetched again, it is handled as its new copy, and the tracker no
+// longer counts it. A record an earlier rewind made stale, below the latest one's offset, is not
+// told apart: it runs, as all did before rewinds were followed.
+func (it *item) stale() bool {
+	m := it.ps.rewound.Load()
+	return m != nil && it.rewinds != m.n && it.off >= m.at
 }
 
 // finishLocked applies a handled record's act.
@@ -1186,12 +1240,56 @@ func (d *dispatcher) dropQueued(tw *txnWindow) {
 	d.notifyLocked()
 }
 
+// dropFromLocked drops ps's queued records at offset off and above (Auto, Tracked: a rewind fetches
+// them again, or they are gone from the log): they are no longer held. The records lanes have taken
+// are stale (runnable); parked ones, and those behind a blocked head, stay.
+func (d *dispatcher) dropFromLocked(ps *partState, off int64) {
+	drop := func(u *unit) {
+		if u.blocked {
+			return
+		}
+		kept := u.q[:0]
+		for _, it := range u.q {
+			if _, parked := d.parked[it]; parked || it.off < off {
+				kept = append(kept, it)
+				continue
+			}
+			ps.held--
+			d.held--
+		}
+		clear(u.q[len(kept):])
+		u.q = kept
+	}
+	if ps.single != nil {
+		drop(ps.single)
+	}
+	for key, u := range ps.keys { // emptied, a key's unit is forgotten as after its last record
+		drop(u)
+		if !u.busy() && len(u.q) == 0 {
+			delete(ps.keys, key)
+		}
+	}
+	for o, u := range ps.copies {
+		drop(u)
+		if !u.busy() && len(u.q) == 0 {
+			delete(ps.copies, o)
+		}
+	}
+	if d.ordering == Unordered { // a record's own unit is listed nowhere but in the ready list
+		for _, u := range d.ready[d.rhead:] {
+			if u.ps == ps {
+				drop(u)
+			}
+		}
+	}
+}
+
 // setWindow sets the window the next records are polled into.
 func (d *dispatcher) setWindow(w *txnWindow) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.win = w
 	for _, ps := range d.parts {
-		ps.winHigh = -1
+		ps.high = -1
 	}
 }

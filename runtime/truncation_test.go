@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,6 +61,49 @@ func TestTrackedTruncationBelowTheFetchedKeepsEarlierRecordsInFlight(t *testing.
 	start(t, app2)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 20})
 	require.Equal(t, vals[3:], s.values())
+}
+
+// The same truncation while 6..19 are still queued behind 3: franz-go fetches 6..19 again, and the
+// queued ones are dropped, not handled beside their new copies, in both modes that queue records
+// outside a window. Every offset is handled once and the group commits 20. The old code handled
+// 6..19 twice (the tracker no longer counted the first ones, but their handlers ran).
+func TestTruncationDropsTheRecordsQueuedFromTheFirstFetch(t *testing.T) {
+	for _, mode := range []runtime.CommitMode{runtime.Auto, runtime.Tracked} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			hwm := produceInputs(t, c, 20, 1)
+			started, release := make(chan struct{}), make(chan struct{})
+			var mu sync.Mutex
+			handled := map[int64]int{}
+			obs := &observer{}
+			app := runtime.New(appOpts(c, runtime.DefaultGroup("g"), runtime.Observe(obs))...)
+			runtime.Handle(app, runtime.Topic("in").Commit(mode),
+				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+					mu.Lock()
+					handled[d.Record().Offset]++
+					mu.Unlock()
+					if d.Record().Offset == 3 {
+						close(started) // one lane: 4..19 wait behind 3
+						<-release
+					}
+					return nil
+				}))
+			start(t, app)
+			<-started
+			truncateAt(c, "in", 6)
+			eventually(t, func() bool { return obs.deliveredRecords() == 20+14 }, "6..19 not fetched again (delivered %d)", obs.deliveredRecords())
+			close(release)
+			c.WaitCommitted(t, "g", "in", hwm)
+			stop(t, app)
+			want := map[int64]int{}
+			for off := range int64(20) {
+				want[off] = 1
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, want, handled)
+		})
+	}
 }
 
 // Under Transactional the same truncation would have the records queued from the first fetch, 6..19,

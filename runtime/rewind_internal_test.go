@@ -1,0 +1,99 @@
+package runtime
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Records of partition 0 from..to-1 as fetched after rewinds (rewinds tags them), keyed by
+// offset mod 3.
+func fetched(from, to int64, rewinds int) []*kgo.Record {
+	var recs []*kgo.Record
+	for off := from; off < to; off++ {
+		recs = append(recs, &kgo.Record{Topic: "t", Partition: 0, Offset: off,
+			Key: fmt.Appendf(nil, "k%d", off%3), Value: fmt.Appendf(nil, "%d/%d", off, rewinds)})
+	}
+	return recs
+}
+
+// drain takes and finishes one record at a time until nothing is ready, completing each in the
+// tracker (Tracked) as a lane does, and returns the values taken, in order.
+func drain(t *testing.T, c *consumer) []string {
+	var got []string
+	for {
+		c.d.mu.Lock()
+		n := c.d.readyLen()
+		c.d.mu.Unlock()
+		if n == 0 {
+			return got
+		}
+		items, ok := c.d.take(nil, 1)
+		require.True(t, ok)
+		if len(items) == 0 {
+			return got
+		}
+		got = append(got, string(items[0].rec.Value))
+		if trk := items[0].ps.trk; trk != nil {
+			trk.Complete(items[0].slot)
+		}
+		c.d.finishTake(items, 1, 0)
+	}
+}
+
+// A partition fetched again from 5 while 0..9 are queued (ByKey): the queued 5..9 are dropped, and
+// the units of their keys with nothing left are forgotten. What runs is 0..4 of the first fetch and
+// 5..7 of the second, once each.
+func TestARewindDropsTheQueuedRecordsAtOrAboveIt(t *testing.T) {
+	for _, mode := range []CommitMode{Auto, Tracked} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := newBare(t, mode, nil)
+			c.cfg.ordering, c.d.ordering = ByKey, ByKey
+			t.Cleanup(func() {
+				c.d.stop()
+				c.cl.Close()
+			})
+			_, _, err := c.d.pushPart("t", 0, fetched(0, 10, 0))
+			require.NoError(t, err)
+			_, _, err = c.d.pushPart("t", 0, fetched(5, 8, 1))
+			require.NoError(t, err)
+			ps := c.d.parts[tp{"t", 0}]
+			locked(c.d, func() { require.Equal(t, 8, ps.held, "0..4 of the first fetch, 5..7 of the second") })
+			got := drain(t, c)
+			require.ElementsMatch(t, []string{"0/0", "1/0", "2/0", "3/0", "4/0", "5/1", "6/1", "7/1"}, got)
+			c.d.mu.Lock()
+			defer c.d.mu.Unlock()
+			require.Zero(t, ps.held)
+			require.Empty(t, ps.keys)
+			if ps.trk != nil {
+				w, _ := ps.trk.Moved()
+				require.Equal(t, int64(8), w.Offset, "the watermark passes every record once")
+			}
+		})
+	}
+}
+
+// A rewind while records wait in the backlog (MaxInFlightPerPartition 4): the backlog's records at
+// or above the rewind's offset are cut, never admitted; those below it are admitted as before.
+func TestARewindCutsTheBacklog(t *testing.T) {
+	c := newBare(t, Tracked, nil)
+	c.d.perPart = 4
+	t.Cleanup(func() {
+		c.d.stop()
+		c.cl.Close()
+	})
+	_, _, err := c.d.pushPart("t", 0, fetched(0, 10, 0))
+	require.NoError(t, err)
+	ps := c.d.parts[tp{"t", 0}]
+	locked(c.d, func() {
+		require.Equal(t, 4, ps.held)
+		require.Len(t, ps.backlog, 6)
+	})
+	_, _, err = c.d.pushPart("t", 0, fetched(6, 8, 1))
+	require.NoError(t, err)
+	require.Equal(t, []string{"0/0", "1/0", "2/0", "3/0", "4/0", "5/0", "6/1", "7/1"}, drain(t, c))
+	w, _ := ps.trk.Moved()
+	require.Equal(t, int64(8), w.Offset, "Tracked: the watermark passes every record once")
+}
