@@ -107,7 +107,8 @@ func (c *consumer) handlerExited(items []*item) {
 // handler has returned, and returns how many it handled. It stops after a record that must run
 // again before those behind it (an in-place retry, a panic under PanicFail), and before a record
 // that may no longer run (its partition was revoked or lost, the App is stopping, its
-// Transactional window aborted).
+// Transactional window aborted, a rewind made it stale), its first one included if stale (a
+// parked retry or copy fallen due, a take grabbed just before the rewind): then it handles none.
 // running is set to the record in the handler, or being settled after it (see lane).
 // Tracked: records acked on the fast path (handle) are completed with CompleteDeferred, and the
 // watermark moves past them once, when the take returns (a take is one unit: one partition).
@@ -119,7 +120,7 @@ func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int
 		}()
 	}
 	for i, it := range items {
-		if i > 0 && !c.d.runnable(it) {
+		if i > 0 && !c.d.runnable(it) || i == 0 && it.stale() { // finishTake drops them
 			return i
 		}
 		*running = items[i : i+1]
@@ -295,9 +296,11 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 // a compare-and-swap, no lock) and wakes the committer, which hands the moved positions to
 // franz-go in one MarkCommitOffsets (at most every 10 ms; at once on a revoke or shutdown,
 // finalMarks). A partition whose final marks were made (revoked) or that was lost is sealed: the
-// committer marks nothing more for it, since another member may own it (DESIGN §3.7).
+// committer marks nothing more for it, since another member may own it (DESIGN §3.7). A stale
+// record (item.stale: one in its handler as a rewind came) is not marked: its old leader epoch's
+// position would pass the records the rewind fetches again, not handled yet.
 func (c *consumer) markDone(it *item) {
-	if !c.tracked && !c.txnMode && it.ps.markDone(kgo.EpochOffset{Epoch: it.epoch, Offset: it.off}) {
+	if !c.tracked && !c.txnMode && !it.stale() && it.ps.markDone(kgo.EpochOffset{Epoch: it.epoch, Offset: it.off}) {
 		c.kick()
 	}
 }

@@ -20,7 +20,7 @@ func fetched(from, to int64, rewinds int) []*kgo.Record {
 }
 
 // drain takes and finishes one record at a time until nothing is ready, completing each in the
-// tracker (Tracked) as a lane does, and returns the values taken, in order.
+// tracker (Tracked) or marking it (Auto) as a lane does, and returns the values taken, in order.
 func drain(t *testing.T, c *consumer) []string {
 	var got []string
 	for {
@@ -39,6 +39,7 @@ func drain(t *testing.T, c *consumer) []string {
 		if trk := items[0].ps.trk; trk != nil {
 			trk.Complete(items[0].slot)
 		}
+		c.markDone(items[0])
 		c.d.finishTake(items, 1, 0)
 	}
 }
@@ -96,4 +97,35 @@ func TestARewindCutsTheBacklog(t *testing.T) {
 	require.Equal(t, []string{"0/0", "1/0", "2/0", "3/0", "4/0", "5/0", "6/1", "7/1"}, drain(t, c))
 	w, _ := ps.trk.Moved()
 	require.Equal(t, int64(8), w.Offset, "Tracked: the watermark passes every record once")
+}
+
+// Auto: 7/0 is in its handler (epoch 0) when the partition is fetched again from 5 (epoch 1).
+// Returning, it marks nothing: its done position, {0, 8}, would pass 5/1..7/1, not handled yet,
+// and a commit of it would skip them after a crash (helper-93). The new copies then mark {1, 8}.
+func TestAStaleRecordMarksNothingUnderAuto(t *testing.T) {
+	c := newBare(t, Auto, nil)
+	t.Cleanup(func() {
+		c.d.stop()
+		c.cl.Close()
+	})
+	epoch := func(recs []*kgo.Record, e int32) []*kgo.Record {
+		for _, r := range recs {
+			r.LeaderEpoch = e
+		}
+		return recs
+	}
+	_, _, err := c.d.pushPart("t", 0, epoch(fetched(7, 8, 0), 0))
+	require.NoError(t, err)
+	items, ok := c.d.take(nil, 1)
+	require.True(t, ok)
+	_, _, err = c.d.pushPart("t", 0, epoch(fetched(5, 8, 1), 1))
+	require.NoError(t, err)
+	ps := c.d.parts[tp{"t", 0}]
+	require.True(t, items[0].stale())
+	c.markDone(items[0])
+	c.d.finishTake(items, 1, 0)
+	require.Equal(t, int32(-1), ps.done.Load().epoch, "nothing marked")
+	require.Equal(t, []string{"5/1", "6/1", "7/1"}, drain(t, c))
+	done := ps.done.Load()
+	require.Equal(t, kgo.EpochOffset{Epoch: 1, Offset: 8}, kgo.EpochOffset{Epoch: done.epoch, Offset: done.next.Load()})
 }
