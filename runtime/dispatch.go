@@ -1214,21 +1214,7 @@ func (d *dispatcher) dropQueued(tw *txnWindow) {
 		u.q = kept
 	}
 	for _, ps := range d.parts {
-		if ps.single != nil {
-			drop(ps.single)
-		}
-		for key, u := range ps.keys { // emptied, a key's unit is forgotten as after its last record
-			drop(u)
-			if !u.busy() && len(u.q) == 0 {
-				delete(ps.keys, key)
-			}
-		}
-		for off, u := range ps.copies { // a copy behind its aborted delivery is listed nowhere else
-			drop(u)
-			if !u.busy() && len(u.q) == 0 {
-				delete(ps.copies, off)
-			}
-		}
+		dropUnitsLocked(ps, drop)
 	}
 	for _, u := range d.ready[d.rhead:] {
 		drop(u)
@@ -1260,26 +1246,33 @@ func (d *dispatcher) dropFromLocked(ps *partState, off int64) {
 		clear(u.q[len(kept):])
 		u.q = kept
 	}
-	if ps.single != nil {
-		drop(ps.single)
-	}
-	for key, u := range ps.keys { // emptied, a key's unit is forgotten as after its last record
-		drop(u)
-		if !u.busy() && len(u.q) == 0 {
-			delete(ps.keys, key)
-		}
-	}
-	for o, u := range ps.copies {
-		drop(u)
-		if !u.busy() && len(u.q) == 0 {
-			delete(ps.copies, o)
-		}
-	}
+	dropUnitsLocked(ps, drop)
 	if d.ordering == Unordered { // a record's own unit is listed nowhere but in the ready list
 		for _, u := range d.ready[d.rhead:] {
 			if u.ps == ps {
 				drop(u)
 			}
+		}
+	}
+}
+
+// dropUnitsLocked runs drop, which takes records out of a unit's queue, on ps's partition, key and
+// copy units, and forgets the key and copy units it emptied that are idle, as after their last
+// record (a copy's unit is listed nowhere else). Units of their own (Unordered) are the caller's.
+func dropUnitsLocked(ps *partState, drop func(*unit)) {
+	if ps.single != nil {
+		drop(ps.single)
+	}
+	for key, u := range ps.keys {
+		drop(u)
+		if !u.busy() && len(u.q) == 0 {
+			delete(ps.keys, key)
+		}
+	}
+	for off, u := range ps.copies {
+		drop(u)
+		if !u.busy() && len(u.q) == 0 {
+			delete(ps.copies, off)
 		}
 	}
 }

@@ -126,6 +126,21 @@ func stressRewinds(t *testing.T, trunc bool, mode CommitMode, ord Ordering, perP
 	}
 	appendLog(20)
 	pos := int64(0)
+	fetch := func(end int64) { // pushes the log's records from pos to end, as a fetch returns them
+		var recs []*kgo.Record
+		for off := pos; off < end; off++ {
+			if log[off] == "" {
+				continue
+			}
+			recs = append(recs, &kgo.Record{Topic: "t", Partition: 0, Offset: off, LeaderEpoch: epochOf(log[off]),
+				Key: fmt.Appendf(nil, "k%d", off%3), Value: []byte(log[off])})
+		}
+		pos = end
+		if len(recs) > 0 {
+			_, _, err := c.d.pushPart("t", 0, recs)
+			require.NoError(t, err)
+		}
+	}
 	for step := 0; step < 120; step++ {
 		if rint(6) == 0 && pos > 0 {
 			a := int64(rint(int(pos)))
@@ -145,42 +160,11 @@ func stressRewinds(t *testing.T, trunc bool, mode CommitMode, ord Ordering, perP
 			time.Sleep(time.Duration(rint(200)) * time.Microsecond)
 			continue
 		}
-		end := min(int64(len(log)), pos+1+int64(rint(10)))
-		var recs []*kgo.Record
-		for off := pos; off < end; off++ {
-			if log[off] == "" {
-				continue
-			}
-			recs = append(recs, &kgo.Record{Topic: "t", Partition: 0, Offset: off, LeaderEpoch: epochOf(log[off]),
-				Key: fmt.Appendf(nil, "k%d", off%3), Value: []byte(log[off])})
-		}
-		if len(recs) == 0 {
-			pos = end
-			continue
-		}
-		_, _, err := c.d.pushPart("t", 0, recs)
-		require.NoError(t, err)
-		pos = end
+		fetch(min(int64(len(log)), pos+1+int64(rint(10))))
 		time.Sleep(time.Duration(rint(300)) * time.Microsecond)
 	}
-	// fetch the rest
-	for pos < int64(len(log)) {
-		end := min(int64(len(log)), pos+10)
-		var recs []*kgo.Record
-		for off := pos; off < end; off++ {
-			if log[off] == "" {
-				continue
-			}
-			recs = append(recs, &kgo.Record{Topic: "t", Partition: 0, Offset: off, LeaderEpoch: epochOf(log[off]),
-				Key: fmt.Appendf(nil, "k%d", off%3), Value: []byte(log[off])})
-		}
-		if len(recs) == 0 {
-			pos = end
-			continue
-		}
-		_, _, err := c.d.pushPart("t", 0, recs)
-		require.NoError(t, err)
-		pos = end
+	for pos < int64(len(log)) { // the rest
+		fetch(min(int64(len(log)), pos+10))
 	}
 	ps := c.d.parts[tp{"t", 0}]
 	last := int64(len(log))
