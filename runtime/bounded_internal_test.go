@@ -114,7 +114,7 @@ func TestAbortedWindowForgetsTheUnitsOfEmptiedKeys(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, []byte("k0"), items[0].rec.Key)
 	finished := false
-	t.Cleanup(func() { // before stop, which waits for the taken record, should an assertion fail
+	t.Cleanup(func() { // runs before stop, should an assertion fail: k0's take is finished
 		if !finished {
 			c.d.finishTake(items, 1, 0)
 		}

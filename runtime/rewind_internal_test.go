@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,14 +26,8 @@ func fetched(from, to int64, rewinds int) []*kgo.Record {
 func drain(t *testing.T, c *consumer) []string {
 	var got []string
 	for {
-		c.d.mu.Lock()
-		n := c.d.readyLen()
-		c.d.mu.Unlock()
-		if n == 0 {
-			return got
-		}
-		items, ok := c.d.take(nil, 1)
-		require.True(t, ok)
+		var items []*item
+		locked(c.d, func() { items = c.d.grabLocked(nil, 1) }) // take without waiting
 		if len(items) == 0 {
 			return got
 		}
@@ -128,4 +124,54 @@ func TestAStaleRecordMarksNothingUnderAuto(t *testing.T) {
 	require.Equal(t, []string{"5/1", "6/1", "7/1"}, drain(t, c))
 	done := ps.done.Load()
 	require.Equal(t, kgo.EpochOffset{Epoch: 1, Offset: 8}, kgo.EpochOffset{Epoch: done.epoch, Offset: done.next.Load()})
+}
+
+// A rewind at 1 (ByKey) that fetches offset 1 alone again: k2's records (2, 5, 8) are all dropped
+// and its unit is forgotten; k1's new record gets a new unit, k0 keeps 0.
+func TestARewindForgetsTheUnitsOfEmptiedKeys(t *testing.T) {
+	c := newBare(t, Auto, nil)
+	c.cfg.ordering, c.d.ordering = ByKey, ByKey
+	t.Cleanup(func() {
+		c.d.stop()
+		c.cl.Close()
+	})
+	_, _, err := c.d.pushPart("t", 0, fetched(0, 10, 0))
+	require.NoError(t, err)
+	_, _, err = c.d.pushPart("t", 0, fetched(1, 2, 1))
+	require.NoError(t, err)
+	ps := c.d.parts[tp{"t", 0}]
+	locked(c.d, func() {
+		require.Equal(t, 2, ps.held)
+		require.ElementsMatch(t, []string{"k0", "k1"}, slices.Collect(maps.Keys(ps.keys)))
+	})
+	require.ElementsMatch(t, []string{"0/0", "1/1"}, drain(t, c))
+}
+
+// ByKey: a lane has taken k0's records 0 and 3 when the partition is fetched again from 0, where the
+// new log holds another key: both are stale, the lane handles none of them (handleTake returns 0),
+// and k0's unit, emptied and idle, is forgotten by finishTake itself, no record of it finished.
+func TestAStaleTakeForgetsItsEmptiedKeyUnit(t *testing.T) {
+	c := newBare(t, Auto, nil)
+	c.cfg.ordering, c.d.ordering = ByKey, ByKey
+	t.Cleanup(func() {
+		c.d.stop()
+		c.cl.Close()
+	})
+	_, _, err := c.d.pushPart("t", 0, fetched(0, 4, 0)) // k0: 0, 3; k1: 1; k2: 2
+	require.NoError(t, err)
+	var items []*item
+	locked(c.d, func() { items = c.d.grabLocked(nil, laneTake) })
+	require.Len(t, items, 2)
+	require.Equal(t, []byte("k0"), items[0].rec.Key)
+	_, _, err = c.d.pushPart("t", 0, []*kgo.Record{{Topic: "t", Partition: 0, Offset: 0, Key: []byte("kx"), Value: []byte("0/1")}})
+	require.NoError(t, err)
+	require.True(t, items[0].stale())
+	require.True(t, items[1].stale())
+	c.d.finishTake(items, 0, 0)
+	ps := c.d.parts[tp{"t", 0}]
+	locked(c.d, func() {
+		require.NotContains(t, ps.keys, "k0")
+		require.Equal(t, 1, ps.held, "0/1 alone")
+	})
+	require.Equal(t, []string{"0/1"}, drain(t, c))
 }

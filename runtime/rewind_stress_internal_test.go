@@ -15,10 +15,10 @@ import (
 
 // A poll side that fetches a partition's log in chunks and rewinds at random (a truncation: the
 // log from the rewind's offset on is replaced by new records; or a reset: the same records come
-// again), against 4 real lanes (handleTake) whose handler sometimes retries in place, under each
-// mode, ordering, a small and a large MaxInFlightPerPartition, with and without MaxInFlight, 3
+// again), against 4 real lanes (handleTake) whose handler sometimes retries in place, under Auto
+// and Tracked, each ordering, a small and a large MaxInFlightPerPartition, with and without MaxInFlight, 3
 // seeds each. Every record of the final log is handled, the watermark (Tracked) reaches its end,
-// the counters drain, and with resets only the committable position never passes a record not
+// the counters drain, the units of keys and copies are forgotten, and with resets only the committable position never passes a record not
 // handled yet. Written by helper-93; it fails when stale also takes the records below the latest
 // rewind's offset (records never handled, the watermark stuck).
 func TestRewindsNeverLoseARecord(t *testing.T) {
@@ -76,6 +76,9 @@ func stressRewinds(t *testing.T, trunc bool, mode CommitMode, ord Ordering, perP
 	var logMu sync.Mutex
 	var monErr []string
 	stopMon := make(chan struct{})
+	var stopOnce sync.Once
+	stopMonitor := func() { stopOnce.Do(func() { close(stopMon) }) }
+	defer stopMonitor() // an early failure leaves no monitor running
 	monDone := make(chan struct{})
 	var log []string // value per offset, "" for a gap (compacted)
 	if !trunc && (mode == Tracked || ord == ByPartition) {
@@ -187,7 +190,7 @@ func stressRewinds(t *testing.T, trunc bool, mode CommitMode, ord Ordering, perP
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(stopMon)
+	stopMonitor()
 	<-monDone
 	require.Empty(t, monErr, "seed %d", seed)
 	var held, handling, dheld, bl int
@@ -204,6 +207,10 @@ func stressRewinds(t *testing.T, trunc bool, mode CommitMode, ord Ordering, perP
 	require.GreaterOrEqual(t, w, last, "seed %d: watermark (held %d handling %d d.held %d backlog %d)", seed, held, handling, dheld, bl)
 	require.Zero(t, held, "seed %d: ps.held", seed)
 	require.Zero(t, dheld, "seed %d: d.held", seed)
+	locked(c.d, func() {
+		require.Empty(t, ps.keys, "seed %d: units of keys left", seed)
+		require.Empty(t, ps.copies, "seed %d: units of copies left", seed)
+	})
 }
 
 func epochOf(v string) int32 {

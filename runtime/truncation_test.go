@@ -84,15 +84,25 @@ func TestTruncationDropsTheRecordsQueuedFromTheFirstFetch(t *testing.T) {
 					mu.Unlock()
 					if d.Record().Offset == 3 {
 						close(started) // one lane: 4..19 wait behind 3
-						<-release
+						return await(ctx, release)
 					}
 					return nil
 				}))
+			var once sync.Once
+			releaseOnce := func() { once.Do(func() { close(release) }) }
 			start(t, app)
-			<-started
+			t.Cleanup(releaseOnce) // before start's stop, should an assertion fail first
+			eventually(t, func() bool {
+				select {
+				case <-started:
+					return true
+				default:
+					return false
+				}
+			}, "3 never reached its handler")
 			truncateAt(c, "in", 6)
 			eventually(t, func() bool { return obs.deliveredRecords() == 20+14 }, "6..19 not fetched again (delivered %d)", obs.deliveredRecords())
-			close(release)
+			releaseOnce()
 			c.WaitCommitted(t, "g", "in", hwm)
 			stop(t, app)
 			want := map[int64]int{}
