@@ -22,9 +22,10 @@ func locked(d *dispatcher, f func()) {
 	f()
 }
 
-// newBareNoop is newBare with a handler that does nothing, stopped and closed at the test's end.
-func newBareNoop(t *testing.T, ordering Ordering) *consumer {
-	c := newBare(t, Auto, HandlerFunc(func(context.Context, *Delivery) error { return nil }))
+// newBareNoop is newBare with a handler that does nothing and ordering, stopped and closed at the
+// test's end.
+func newBareNoop(t *testing.T, mode CommitMode, ordering Ordering) *consumer {
+	c := newBare(t, mode, HandlerFunc(func(context.Context, *Delivery) error { return nil }))
 	c.cfg.ordering, c.d.ordering = ordering, ordering
 	t.Cleanup(func() {
 		c.d.stop()
@@ -55,7 +56,7 @@ func lagThrough(t *testing.T, c *consumer, takes int, push func(taken *item)) (l
 // ready list and the next record puts it back. The old list grew by an entry per take (23,552
 // entries of capacity for 2 ready units after 20,000 takes).
 func TestReadyListStaysBoundedWhileLanesLag(t *testing.T) {
-	c := newBareNoop(t, ByPartition)
+	c := newBareNoop(t, Auto, ByPartition)
 	next := [2]int64{}
 	push := func(p int32) {
 		_, _, err := c.d.pushPart("t", p, []*kgo.Record{{Topic: "t", Partition: p, Offset: next[p]}})
@@ -74,7 +75,7 @@ func TestReadyListStaysBoundedWhileLanesLag(t *testing.T) {
 // Unordered, where every record is a unit of its own: the old list held an entry per record
 // taken while a record waited ahead of the lane (20,002 after 20,000 records).
 func TestReadyListStaysBoundedUnordered(t *testing.T) {
-	c := newBareNoop(t, Unordered)
+	c := newBareNoop(t, Auto, Unordered)
 	off := int64(0)
 	push := func(*item) {
 		_, _, err := c.d.pushPart("t", 0, []*kgo.Record{{Topic: "t", Partition: 0, Offset: off}})
@@ -98,7 +99,7 @@ func TestReadyListStaysBoundedUnordered(t *testing.T) {
 // it drops, and forgets them as it forgets copies' units. The old code kept all 100 units, a key
 // never seen again for as long as the partition was owned.
 func TestAbortedWindowForgetsTheUnitsOfEmptiedKeys(t *testing.T) {
-	c := newBareNoop(t, ByKey)
+	c := newBareNoop(t, Auto, ByKey)
 	c.d.backlogs = false // as a Transactional subscription
 	tw := &txnWindow{w: txn.New(context.Background()), c: c}
 	c.d.setWindow(tw)

@@ -359,6 +359,7 @@ func (d *dispatcher) admitLocked(ps *partState, recs []*kgo.Record) (moved bool,
 // settled or, in an aborted Transactional window, let go).
 func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used int, moved bool, err error) {
 	now := time.Time{}
+	mark := ps.rewound.Load() // stored under d.mu, here only: read once
 	for i, r := range recs {
 		if !d.roomLocked(ps) {
 			return i, moved, nil
@@ -389,15 +390,16 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 				// dropped, the taken ones are no longer runnable (stale); the tracker's rewind
 				// (Deliver) stops counting them.
 				m := &rewindMark{n: 1, at: r.Offset}
-				if old := ps.rewound.Load(); old != nil {
-					m.n = old.n + 1
+				if mark != nil {
+					m.n = mark.n + 1
 				}
+				mark = m
 				ps.rewound.Store(m)
 				d.dropFromLocked(ps, r.Offset)
 			}
 			ps.high = r.Offset
-			if m := ps.rewound.Load(); m != nil {
-				it.rewinds = m.n
+			if mark != nil {
+				it.rewinds = mark.n
 			}
 		}
 		if ps.trk != nil {

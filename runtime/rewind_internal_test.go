@@ -46,12 +46,7 @@ func drain(t *testing.T, c *consumer) []string {
 func TestARewindDropsTheQueuedRecordsAtOrAboveIt(t *testing.T) {
 	for _, mode := range []CommitMode{Auto, Tracked} {
 		t.Run(mode.String(), func(t *testing.T) {
-			c := newBare(t, mode, nil)
-			c.cfg.ordering, c.d.ordering = ByKey, ByKey
-			t.Cleanup(func() {
-				c.d.stop()
-				c.cl.Close()
-			})
+			c := newBareNoop(t, mode, ByKey)
 			_, _, err := c.d.pushPart("t", 0, fetched(0, 10, 0))
 			require.NoError(t, err)
 			_, _, err = c.d.pushPart("t", 0, fetched(5, 8, 1))
@@ -75,12 +70,8 @@ func TestARewindDropsTheQueuedRecordsAtOrAboveIt(t *testing.T) {
 // A rewind while records wait in the backlog (MaxInFlightPerPartition 4): the backlog's records at
 // or above the rewind's offset are cut, never admitted; those below it are admitted as before.
 func TestARewindCutsTheBacklog(t *testing.T) {
-	c := newBare(t, Tracked, nil)
+	c := newBareNoop(t, Tracked, ByPartition)
 	c.d.perPart = 4
-	t.Cleanup(func() {
-		c.d.stop()
-		c.cl.Close()
-	})
 	_, _, err := c.d.pushPart("t", 0, fetched(0, 10, 0))
 	require.NoError(t, err)
 	ps := c.d.parts[tp{"t", 0}]
@@ -99,11 +90,7 @@ func TestARewindCutsTheBacklog(t *testing.T) {
 // Returning, it marks nothing: its done position, {0, 8}, would pass 5/1..7/1, not handled yet,
 // and a commit of it would skip them after a crash (helper-93). The new copies then mark {1, 8}.
 func TestAStaleRecordMarksNothingUnderAuto(t *testing.T) {
-	c := newBare(t, Auto, nil)
-	t.Cleanup(func() {
-		c.d.stop()
-		c.cl.Close()
-	})
+	c := newBareNoop(t, Auto, ByPartition)
 	epoch := func(recs []*kgo.Record, e int32) []*kgo.Record {
 		for _, r := range recs {
 			r.LeaderEpoch = e
@@ -129,12 +116,7 @@ func TestAStaleRecordMarksNothingUnderAuto(t *testing.T) {
 // A rewind at 1 (ByKey) that fetches offset 1 alone again: k2's records (2, 5, 8) are all dropped
 // and its unit is forgotten; k1's new record gets a new unit, k0 keeps 0.
 func TestARewindForgetsTheUnitsOfEmptiedKeys(t *testing.T) {
-	c := newBare(t, Auto, nil)
-	c.cfg.ordering, c.d.ordering = ByKey, ByKey
-	t.Cleanup(func() {
-		c.d.stop()
-		c.cl.Close()
-	})
+	c := newBareNoop(t, Auto, ByKey)
 	_, _, err := c.d.pushPart("t", 0, fetched(0, 10, 0))
 	require.NoError(t, err)
 	_, _, err = c.d.pushPart("t", 0, fetched(1, 2, 1))
@@ -151,12 +133,7 @@ func TestARewindForgetsTheUnitsOfEmptiedKeys(t *testing.T) {
 // new log holds another key: both are stale, the lane handles none of them (handleTake returns 0),
 // and k0's unit, emptied and idle, is forgotten by finishTake itself, no record of it finished.
 func TestAStaleTakeForgetsItsEmptiedKeyUnit(t *testing.T) {
-	c := newBare(t, Auto, nil)
-	c.cfg.ordering, c.d.ordering = ByKey, ByKey
-	t.Cleanup(func() {
-		c.d.stop()
-		c.cl.Close()
-	})
+	c := newBareNoop(t, Auto, ByKey)
 	_, _, err := c.d.pushPart("t", 0, fetched(0, 4, 0)) // k0: 0, 3; k1: 1; k2: 2
 	require.NoError(t, err)
 	var items []*item

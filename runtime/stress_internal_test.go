@@ -39,7 +39,7 @@ func TestDispatcherInvariantsUnderAbortsAndRevokes(t *testing.T) {
 }
 
 func stressDispatcher(t *testing.T, ord Ordering, seed uint64) {
-	c := newBareNoop(t, ord)
+	c := newBareNoop(t, Auto, ord)
 	d := c.d
 	d.backlogs = false
 	rng := rand.New(rand.NewPCG(seed, 1))
