@@ -36,7 +36,9 @@ func (d *Delivery) Record() *kgo.Record { return d.rec }
 
 // Attempt returns the delivery's number, starting at 1: the record's retry count header
 // (x-tidemark-retry-count) + the in-place retries so far + (Transactional) its failed deliveries
-// in aborted windows since the App started + 1 (DESIGN §3.3, §3.4).
+// in aborted windows since the App started + 1 (DESIGN §3.3, §3.4). The header's count is capped
+// at retry.MaxCount; the sum saturates at math.MaxInt, so on a 32-bit platform it stops at
+// retry.MaxCount where a 64-bit one goes on counting.
 func (d *Delivery) Attempt() int { return d.attempt }
 
 // Group returns the consumer group of the subscription, or "" for a manual-partition subscription
