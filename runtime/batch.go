@@ -115,6 +115,10 @@ var errShortBatch = fmt.Errorf("tidemark: the batch handler returned no result f
 func (c *consumer) handleBatch(items []*item, running *[]*item) {
 	work, attempts := items[:0:0], make([]int, 0, len(items))
 	for _, it := range items {
+		if it.stale() { // dropped, uncommitted: its new copy runs (DESIGN.md departures, §3.1)
+			it.act = actDone
+			continue
+		}
 		attempt, spent := c.attempt(it)
 		if it.control || it.foreign || spent != nil {
 			c.handle(it, nil) // settled without the handler

@@ -79,11 +79,17 @@ type doneCell struct {
 // markDone raises ps's done position to the one after the record at pos (its leader epoch and
 // offset; Auto), never lowers it, and reports whether it moved: a compare-and-swap on the offset of
 // its epoch's cell, or, for a record of a higher epoch, on the cell (a new one, allocated once per
-// epoch).
-func (ps *partState) markDone(pos kgo.EpochOffset) bool {
+// epoch). A record admitted after rewinds rewinds of ps (item.rewinds) that a later rewind made
+// stale (partState.stale) moves nothing: it checks after loading the cell, and a rewind renews the
+// cell after storing its mark (renewDone), so a record that passed the check before the rewind can
+// raise only a cell the committer no longer reads (moved).
+func (ps *partState) markDone(pos kgo.EpochOffset, rewinds uint32) bool {
 	epoch := max(pos.Epoch, -1) // -1: unknown, as kgo.EpochOffset.Less takes it
 	for {
 		c := ps.done.Load()
+		if ps.stale(pos.Offset, rewinds) {
+			return false
+		}
 		switch {
 		case epoch < c.epoch:
 			return false
@@ -106,20 +112,53 @@ func (ps *partState) markDone(pos kgo.EpochOffset) bool {
 	}
 }
 
+// renewDone replaces ps's done cell with a copy (Auto, at a rewind, after its mark is stored): a
+// stale record that loaded the old cell before the mark can still raise it, but no longer where the
+// committer reads (moved). A raise of the old cell by a record that is not stale, between the copy
+// and the swap, is lost: the position then moves with the next done record, as after any
+// commit that lags (the record is delivered again after a crash, never skipped).
+func (ps *partState) renewDone() {
+	for {
+		c := ps.done.Load()
+		n := &doneCell{epoch: c.epoch}
+		n.next.Store(c.next.Load())
+		if ps.done.CompareAndSwap(c, n) {
+			return
+		}
+	}
+}
+
 // moved returns ps's position if it moved since the last call: the tracker's watermark (Tracked)
-// or the done position with its leader epoch (Auto). consumer.markMu held.
+// or the done position with its leader epoch (Auto), read from a cell that was still current after
+// its offset was read (see renewDone). consumer.markMu held.
 func (ps *partState) moved() (kgo.EpochOffset, bool) {
 	if ps.trk != nil {
 		w, ok := ps.trk.Moved()
 		return kgo.EpochOffset{Epoch: w.Epoch, Offset: w.Offset}, ok
 	}
-	c := ps.done.Load()
-	done := kgo.EpochOffset{Epoch: c.epoch, Offset: c.next.Load()}
+	var done kgo.EpochOffset
+	for {
+		c := ps.done.Load()
+		done = kgo.EpochOffset{Epoch: c.epoch, Offset: c.next.Load()}
+		if ps.done.Load() == c {
+			break
+		}
+	}
 	if !ps.marked.Less(done) {
 		return kgo.EpochOffset{}, false
 	}
 	ps.marked = done
 	return done, true
+}
+
+// stale reports whether a record at offset off, admitted after rewinds of ps's rewinds, was
+// admitted before ps's latest rewind, at or above the rewind's offset (Auto, Tracked): fetched
+// again, it is handled as its new copy, and the tracker no longer counts it. A record an earlier
+// rewind made stale, below the latest one's offset, is not told apart: it runs, as all did before
+// rewinds were followed.
+func (ps *partState) stale(off int64, rewinds uint32) bool {
+	m := ps.rewound.Load()
+	return m != nil && rewinds != m.n && off >= m.at
 }
 
 // A unit is what must be handled in order, one take at a time: a partition, a key, or (Unordered,
@@ -395,6 +434,9 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 				}
 				mark = m
 				ps.rewound.Store(m)
+				if ps.trk == nil {
+					ps.renewDone() // after the mark: see markDone
+				}
 				d.dropFromLocked(ps, r.Offset)
 			}
 			ps.high = r.Offset
@@ -752,14 +794,8 @@ func (d *dispatcher) runnable(it *item) bool {
 		!it.stale()
 }
 
-// stale reports whether it was admitted before its partition's latest rewind, at or above the
-// rewind's offset (Auto, Tracked): fetched again, it is handled as its new copy, and the tracker no
-// longer counts it. A record an earlier rewind made stale, below the latest one's offset, is not
-// told apart: it runs, as all did before rewinds were followed.
-func (it *item) stale() bool {
-	m := it.ps.rewound.Load()
-	return m != nil && it.rewinds != m.n && it.off >= m.at
-}
+// stale reports whether a rewind made it stale (partState.stale).
+func (it *item) stale() bool { return it.ps.stale(it.off, it.rewinds) }
 
 // finishLocked applies a handled record's act.
 func (d *dispatcher) finishLocked(it *item) {
@@ -774,10 +810,10 @@ func (d *dispatcher) finishLocked(it *item) {
 	switch {
 	case act == actHold:
 		u.blocked = true
-	case act == actPark && !ps.closed.Load() && !d.stopped:
+	case act == actPark && !ps.closed.Load() && !d.stopped && !it.stale():
 		u.retry = append(u.retry, it)
 		u.wait = max(u.wait, it.wait)
-	default: // done, or a park that can no longer happen: the record stays uncommitted
+	default: // done, or a park that can no longer happen (a stale record's too): it stays uncommitted
 		ps.held--
 		d.held--
 		// Recycled below for the next admitted record, unless a timer may still name it (a
@@ -1228,9 +1264,10 @@ func (d *dispatcher) dropQueued(tw *txnWindow) {
 	d.notifyLocked()
 }
 
-// dropFromLocked drops ps's queued records at offset off and above (Auto, Tracked: a rewind fetches
-// them again, or they are gone from the log): they are no longer held. The records lanes have taken
-// are stale (runnable); parked ones, and those behind a blocked head, stay.
+// dropFromLocked drops ps's queued and parked records at offset off and above (Auto, Tracked: a
+// rewind fetches them again, or they are gone from the log): they are no longer held, and a unit
+// parked behind a retry's backoff no longer waits for it. The records lanes have taken are stale
+// (runnable); those behind a blocked head stay.
 func (d *dispatcher) dropFromLocked(ps *partState, off int64) {
 	drop := func(u *unit) {
 		if u.blocked {
@@ -1238,7 +1275,7 @@ func (d *dispatcher) dropFromLocked(ps *partState, off int64) {
 		}
 		kept := u.q[:0]
 		for _, it := range u.q {
-			if _, parked := d.parked[it]; parked || it.off < off {
+			if it.off < off {
 				kept = append(kept, it)
 				continue
 			}
@@ -1247,6 +1284,14 @@ func (d *dispatcher) dropFromLocked(ps *partState, off int64) {
 		}
 		clear(u.q[len(kept):])
 		u.q = kept
+	}
+	for it := range d.parked {
+		if it.ps == ps && it.off >= off {
+			it.timer.Stop() // a callback under way finds it gone (unpark)
+			delete(d.parked, it)
+			it.u.parked = false
+			drop(it.u) // a unit of its own (a copy not yet due, Unordered) is listed nowhere else
+		}
 	}
 	dropUnitsLocked(ps, drop)
 	if d.ordering == Unordered { // a record's own unit is listed nowhere but in the ready list

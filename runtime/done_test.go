@@ -23,20 +23,20 @@ func TestAutoDonePositionFollowsARewind(t *testing.T) {
 	_, ok := ps.moved()
 	require.False(t, ok, "nothing done yet")
 	for o := range int64(10) {
-		require.True(t, ps.markDone(rec(5, o)))
+		require.True(t, ps.markDone(rec(5, o), 0))
 	}
-	require.False(t, ps.markDone(rec(5, 4)), "a lower offset of the same epoch")
+	require.False(t, ps.markDone(rec(5, 4), 0), "a lower offset of the same epoch")
 	for o := range int64(3) { // the new leader's log diverges at offset 3: 3..5 in epoch 6
-		require.True(t, ps.markDone(rec(6, 3+o)))
+		require.True(t, ps.markDone(rec(6, 3+o), 0))
 	}
-	require.False(t, ps.markDone(rec(5, 9)), "a record of the truncated log, finishing late")
+	require.False(t, ps.markDone(rec(5, 9), 0), "a record of the truncated log, finishing late")
 	got, ok := ps.moved()
 	require.True(t, ok)
 	require.Equal(t, kgo.EpochOffset{Epoch: 6, Offset: 6}, got)
 	_, ok = ps.moved()
 	require.False(t, ok, "moved once")
 
-	require.True(t, ps.markDone(rec(6, 6)))
+	require.True(t, ps.markDone(rec(6, 6), 0))
 	got, _ = ps.moved()
 	require.Equal(t, kgo.EpochOffset{Epoch: 6, Offset: 7}, got)
 }
@@ -54,7 +54,7 @@ func TestAutoDonePositionUnderConcurrentLanes(t *testing.T) {
 				if o >= 4000 {
 					epoch = 2 // a new leader from offset 4,000 on
 				}
-				ps.markDone(kgo.EpochOffset{Epoch: epoch, Offset: o})
+				ps.markDone(kgo.EpochOffset{Epoch: epoch, Offset: o}, 0)
 			}
 		})
 	}

@@ -298,10 +298,10 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 // finalMarks). A partition whose final marks were made (revoked) or that was lost is sealed: the
 // committer marks nothing more for it, since another member may own it (DESIGN §3.7). A stale
 // record (item.stale: one in its handler as a rewind came) is not marked: its old leader epoch's
-// position would pass the records the rewind fetches again, not handled yet. The check and the
-// mark are two steps: a rewind admitted between them still lets the mark through.
+// position would pass the records the rewind fetches again, not handled yet (partState.markDone
+// checks after loading its cell, which a rewind renews).
 func (c *consumer) markDone(it *item) {
-	if !c.tracked && !c.txnMode && !it.stale() && it.ps.markDone(kgo.EpochOffset{Epoch: it.epoch, Offset: it.off}) {
+	if !c.tracked && !c.txnMode && it.ps.markDone(kgo.EpochOffset{Epoch: it.epoch, Offset: it.off}, it.rewinds) {
 		c.kick()
 	}
 }

@@ -152,3 +152,43 @@ func TestAStaleTakeForgetsItsEmptiedKeyUnit(t *testing.T) {
 	})
 	require.Equal(t, []string{"0/1"}, drain(t, c))
 }
+
+// Auto: a lane has loaded the partition's done cell, {0, 7}, for 7/0 and found it not stale, when
+// the partition is fetched again from 5 in epoch 1; its compare-and-swap then raises that cell to
+// 8. The committer must not see it: {0, 8} would pass 5/1..7/1, not handled yet (helper-94). The
+// rewind renewed the cell, so the raise lands in one the committer no longer reads.
+func TestAMarkRacingARewindIsNotSeen(t *testing.T) {
+	c := newBareNoop(t, Auto, ByPartition)
+	_, _, err := c.d.pushPart("t", 0, fetched(6, 8, 0))
+	require.NoError(t, err)
+	ps := c.d.parts[tp{"t", 0}]
+	items, ok := c.d.take(nil, 1)
+	require.True(t, ok)
+	require.Equal(t, "6/0", string(items[0].rec.Value))
+	c.markDone(items[0])
+	c.d.finishTake(items, 1, 0)
+	got, ok := ps.moved()
+	require.True(t, ok)
+	require.Equal(t, kgo.EpochOffset{Epoch: 0, Offset: 7}, got)
+
+	items, ok = c.d.take(nil, 1)
+	require.True(t, ok)
+	require.Equal(t, "7/0", string(items[0].rec.Value))
+	cell := ps.done.Load() // the lane's load, its stale check passing
+	require.False(t, items[0].stale())
+	recs := fetched(5, 8, 1)
+	for _, r := range recs {
+		r.LeaderEpoch = 1
+	}
+	_, _, err = c.d.pushPart("t", 0, recs)
+	require.NoError(t, err)
+	require.True(t, cell.next.CompareAndSwap(7, 8), "the lane's raise, after the rewind")
+	_, ok = ps.moved()
+	require.False(t, ok, "the stale raise is not marked")
+	c.d.finishTake(items, 1, 0)
+
+	require.Equal(t, []string{"5/1", "6/1", "7/1"}, drain(t, c))
+	got, ok = ps.moved()
+	require.True(t, ok)
+	require.Equal(t, kgo.EpochOffset{Epoch: 1, Offset: 8}, got)
+}

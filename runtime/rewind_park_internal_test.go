@@ -10,11 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Tracked, ByPartition: 5/0 fails once and waits, parked at its unit's head, for its in-place retry
-// when the partition is fetched again from 3. Fallen due, the stale 5/0 is dropped, not run again
-// before 3/1 and 4/1 (found by helper-93: it ran beside its new copy, out of offset order; failing
-// for good, it would have retried in place at the head for ever, its new copies behind it).
-func TestAStaleParkedRetryIsDroppedWhenDue(t *testing.T) {
+// Tracked, ByPartition: 5/0 fails once and waits, parked at its unit's head, an hour for its
+// in-place retry when the partition is fetched again from 3. The rewind drops it (and 6/0, 7/0
+// behind it): the unit is ready at once for 3/1..7/1, and the stale 5/0 never runs again (found by
+// helper-93: it ran beside its new copy, out of offset order, once fallen due; failing for good,
+// it would have retried in place at the head for ever. helper-94: until due, the rewound records
+// waited behind it for its backoff).
+func TestARewindDropsAParkedRetry(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	failed := false
@@ -30,36 +32,112 @@ func TestAStaleParkedRetryIsDroppedWhenDue(t *testing.T) {
 		return nil
 	})
 	c := newBare(t, Tracked, h)
-	c.cfg.backoff = func(int, error) time.Duration { return 20 * time.Millisecond }
+	c.cfg.backoff = func(int, error) time.Duration { return time.Hour }
 	t.Cleanup(func() {
 		c.d.stop()
 		c.cl.Close()
 	})
-	run := func() { // one lane's take, as lane runs it
-		var items []*item
-		locked(c.d, func() { items = c.d.grabLocked(nil, laneTake) }) // without waiting
-		require.NotEmpty(t, items)
-		var dl Delivery
-		var running []*item
-		c.d.finishTake(items, c.handleTake(items, &dl, &running), 0)
-	}
-	ready := func() (n int) {
-		locked(c.d, func() { n = c.d.readyLen() })
-		return n
-	}
 	_, _, err := c.d.pushPart("t", 0, fetched(0, 8, 0))
 	require.NoError(t, err)
-	run() // 0..5: 5/0 parks for its in-place retry; 6/0, 7/0 go back behind it
+	runTake(t, c) // 0..5: 5/0 parks for its in-place retry; 6/0, 7/0 go back behind it
+	ps := c.d.parts[tp{"t", 0}]
+	locked(c.d, func() {
+		require.Len(t, c.d.parked, 1)
+		require.Zero(t, c.d.readyLen(), "the partition's unit waits behind the parked 5/0")
+	})
 	_, _, err = c.d.pushPart("t", 0, fetched(3, 8, 1))
 	require.NoError(t, err)
-	require.Zero(t, ready(), "the partition's unit waits behind the parked 5/0")
-	require.Eventually(t, func() bool { return ready() > 0 }, 5*time.Second, time.Millisecond, "5/0 never fell due")
-	for ready() > 0 {
-		run()
-	}
+	locked(c.d, func() {
+		require.Empty(t, c.d.parked, "5/0 is parked no more")
+		require.Equal(t, 5, ps.held, "3/1..7/1")
+		require.Equal(t, 1, c.d.readyLen(), "the unit waits for no backoff")
+	})
+	runTake(t, c)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"0/0", "1/0", "2/0", "3/0", "4/0", "3/1", "4/1", "5/1", "6/1", "7/1"}, got)
-	w, _ := c.d.parts[tp{"t", 0}].trk.Watermark()
+	w, _ := ps.trk.Watermark()
 	require.Equal(t, int64(8), w.Offset)
+}
+
+// Tracked: 5/0 asks for an in-place retry while, in its handler, the partition is fetched again from 3: it
+// returns stale, so it is dropped, not parked for a backoff at the head of 3/1..7/1.
+func TestAStaleRetryIsNotParked(t *testing.T) {
+	var c *consumer
+	var got []string // the lane's goroutine is the test's: no lock
+	h := HandlerFunc(func(_ context.Context, d *Delivery) error {
+		v := string(d.Record().Value)
+		if v == "5/0" {
+			if _, _, err := c.d.pushPart("t", 0, fetched(3, 8, 1)); err != nil {
+				return err
+			}
+			return Retry(errors.New("once"))
+		}
+		got = append(got, v)
+		return nil
+	})
+	c = newBare(t, Tracked, h)
+	c.cfg.backoff = func(int, error) time.Duration { return time.Hour }
+	t.Cleanup(func() {
+		c.d.stop()
+		c.cl.Close()
+	})
+	_, _, err := c.d.pushPart("t", 0, fetched(5, 6, 0))
+	require.NoError(t, err)
+	runTake(t, c)
+	locked(c.d, func() {
+		require.Empty(t, c.d.parked, "the stale 5/0 is not parked")
+		require.Equal(t, 5, c.d.parts[tp{"t", 0}].held, "3/1..7/1")
+		require.Equal(t, 1, c.d.readyLen())
+	})
+	runTake(t, c)
+	require.Equal(t, []string{"3/1", "4/1", "5/1", "6/1", "7/1"}, got)
+}
+
+// A batch handler's take grabbed just before a rewind at 2 (ByPartition): its stale elements
+// (2/0, 3/0) are dropped, not handled; the handler gets 0/0 and 1/0, then 2/1 and 3/1.
+func TestABatchSkipsItsStaleElements(t *testing.T) {
+	var got [][]string
+	c := newBareNoop(t, Tracked, ByPartition)
+	c.bh = BatchHandlerFunc(func(_ context.Context, ds []*Delivery) []error {
+		var vs []string
+		for _, d := range ds {
+			vs = append(vs, string(d.Record().Value))
+		}
+		got = append(got, vs)
+		return make([]error, len(ds))
+	})
+	_, _, err := c.d.pushPart("t", 0, fetched(0, 4, 0))
+	require.NoError(t, err)
+	var items []*item
+	locked(c.d, func() { items = c.d.grabLocked(nil, 8) })
+	require.Len(t, items, 4)
+	_, _, err = c.d.pushPart("t", 0, fetched(2, 4, 1))
+	require.NoError(t, err)
+	for {
+		var running []*item
+		c.handleBatch(items, &running)
+		c.markBatch(items)
+		c.d.finishTake(items, len(items), 0)
+		locked(c.d, func() { items = c.d.grabLocked(nil, 8) })
+		if len(items) == 0 {
+			break
+		}
+	}
+	require.Equal(t, [][]string{{"0/0", "1/0"}, {"2/1", "3/1"}}, got)
+	ps := c.d.parts[tp{"t", 0}]
+	locked(c.d, func() { require.Zero(t, ps.held) })
+	w, _ := ps.trk.Watermark()
+	require.Equal(t, int64(4), w.Offset, "every record of the final log completed once")
+}
+
+// runTake runs one lane's take, as lane runs it, without waiting for one: there must be one.
+func runTake(t *testing.T, c *consumer) {
+	t.Helper()
+	var items []*item
+	locked(c.d, func() { items = c.d.grabLocked(nil, laneTake) })
+	require.NotEmpty(t, items)
+	var dl Delivery
+	var running []*item
+	c.d.finishTake(items, c.handleTake(items, &dl, &running), 0)
 }
