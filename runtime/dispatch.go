@@ -81,8 +81,11 @@ type doneCell struct {
 // its epoch's cell, or, for a record of a higher epoch, on the cell (a new one, allocated once per
 // epoch). A record admitted after rewinds rewinds of ps (item.rewinds) that a later rewind made
 // stale (partState.stale) moves nothing: it checks after loading the cell, and a rewind renews the
-// cell after storing its mark (renewDone), so a record that passed the check before the rewind can
-// raise only a cell the committer no longer reads (moved).
+// cell after storing its mark (renewDone), so a record that passed the check before the rewind
+// raises a cell the committer reads only if the raise lands before renewDone has read the cell
+// (its copy, or a cell of a higher epoch that renewDone copies): while the rewind is being admitted,
+// as if the record had been marked just before it, which nothing can tell apart. A raise after
+// that lands in a cell the committer no longer reads (moved).
 func (ps *partState) markDone(pos kgo.EpochOffset, rewinds uint32) bool {
 	epoch := max(pos.Epoch, -1) // -1: unknown, as kgo.EpochOffset.Less takes it
 	for {
@@ -114,9 +117,10 @@ func (ps *partState) markDone(pos kgo.EpochOffset, rewinds uint32) bool {
 
 // renewDone replaces ps's done cell with a copy (Auto, at a rewind, after its mark is stored): a
 // stale record that loaded the old cell before the mark can still raise it, but no longer where the
-// committer reads (moved). A raise of the old cell by a record that is not stale, between the copy
-// and the swap, is lost: the position then moves with the next done record, as after any
-// commit that lags (the record is delivered again after a crash, never skipped).
+// committer reads (moved), unless it raised it before the copy (see markDone). A raise of the old
+// cell by a record that is not stale, between the copy and the swap, is lost: the position then
+// moves with the next done record, as after any commit that lags (the record is delivered again
+// after a crash, never skipped).
 func (ps *partState) renewDone() {
 	for {
 		c := ps.done.Load()
@@ -1291,6 +1295,10 @@ func (d *dispatcher) dropFromLocked(ps *partState, off int64) {
 			delete(d.parked, it)
 			it.u.parked = false
 			drop(it.u) // a unit of its own (a copy not yet due, Unordered) is listed nowhere else
+			// What it keeps, below off, is ready again: a record an earlier rewind made stale
+			// that parked at the head of that rewind's new copies (stale tells it apart no more)
+			// leaves them behind it, and the rewind's own record may join another unit.
+			d.readyLocked(it.u)
 		}
 	}
 	dropUnitsLocked(ps, drop)

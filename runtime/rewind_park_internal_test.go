@@ -3,11 +3,13 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Tracked, ByPartition: 5/0 fails once and waits, parked at its unit's head, an hour for its
@@ -140,4 +142,71 @@ func runTake(t *testing.T, c *consumer) {
 	var dl Delivery
 	var running []*item
 	c.d.finishTake(items, c.handleTake(items, &dl, &running), 0)
+}
+
+// Tracked, ByKey: 6/0 (key a) is in its handler when the partition is fetched again from 5, then
+// from 7: the second rewind is the latest, 6/0 is below its offset and no longer told apart from
+// a record the rewinds kept (partState.stale), so its in-place retry parks it at the head of a's
+// unit, before 5/1 and 6/1. A third rewind, from 6, whose record 6/3 has another key (the log was
+// truncated and written anew), drops the parked 6/0 and 6/1: a's unit, holding 5/1 still, must
+// be ready again, not left unparked and unlisted, 5/1 never to run (and held for good).
+func TestARewindOfAParkedHeadReadiesWhatItsUnitKeeps(t *testing.T) {
+	rec := func(off int64, key string, rewinds int) *kgo.Record {
+		return &kgo.Record{Topic: "t", Partition: 0, Offset: off, Key: []byte(key),
+			Value: fmt.Appendf(nil, "%d/%d", off, rewinds)}
+	}
+	var c *consumer
+	var got []string // the lane's goroutine is the test's: no lock
+	h := HandlerFunc(func(_ context.Context, d *Delivery) error {
+		v := string(d.Record().Value)
+		if v == "6/0" {
+			for _, recs := range [][]*kgo.Record{
+				{rec(5, "a", 1), rec(6, "a", 1), rec(7, "a", 1), rec(8, "a", 1)}, // from 5
+				{rec(7, "a", 2)}, // from 7
+			} {
+				if _, _, err := c.d.pushPart("t", 0, recs); err != nil {
+					return err
+				}
+			}
+			return Retry(errors.New("once"))
+		}
+		got = append(got, v)
+		return nil
+	})
+	c = newBare(t, Tracked, h)
+	c.cfg.ordering, c.d.ordering = ByKey, ByKey
+	c.cfg.backoff = func(int, error) time.Duration { return time.Hour }
+	t.Cleanup(func() {
+		c.d.stop()
+		c.cl.Close()
+	})
+	_, _, err := c.d.pushPart("t", 0, []*kgo.Record{rec(6, "a", 0)})
+	require.NoError(t, err)
+	runTake(t, c)
+	ps := c.d.parts[tp{"t", 0}]
+	locked(c.d, func() {
+		require.Len(t, c.d.parked, 1, "6/0, not stale by the latest rewind, parks for its retry")
+		require.Equal(t, 4, ps.held, "6/0 parked; 5/1, 6/1, 7/2 behind it")
+	})
+	_, _, err = c.d.pushPart("t", 0, []*kgo.Record{rec(6, "b", 3)}) // from 6, another key
+	require.NoError(t, err)
+	locked(c.d, func() {
+		require.Empty(t, c.d.parked)
+		require.Equal(t, 2, ps.held, "5/1 and 6/3")
+	})
+	for {
+		var items []*item
+		locked(c.d, func() { items = c.d.grabLocked(nil, laneTake) })
+		if len(items) == 0 {
+			break
+		}
+		var dl Delivery
+		var running []*item
+		c.d.finishTake(items, c.handleTake(items, &dl, &running), 0)
+	}
+	require.ElementsMatch(t, []string{"5/1", "6/3"}, got)
+	locked(c.d, func() {
+		require.Zero(t, ps.held)
+		require.Empty(t, ps.keys)
+	})
 }
