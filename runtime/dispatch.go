@@ -682,7 +682,9 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 	}
 	defer d.mu.Unlock()
 	ready := d.readyLen()
-	// Records not handled come from one unit (only a Handler's take stops early): back to its head.
+	// Records not handled go back to the head of their unit, in order: under ByPartition and ByKey
+	// a take is one unit; under Unordered each record has its own (a Handler's take of one record
+	// is the only one that stops early there, but nothing here relies on it).
 	var back []*item
 	for _, it := range items[handled:] {
 		d.releaseLocked(it)
@@ -692,8 +694,14 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 			d.dropItemLocked(it)
 		}
 	}
-	if len(back) > 0 {
-		back[0].u.q = append(back, back[0].u.q...)
+	for end := len(back); end > 0; { // a unit's run of them before its queue, the last run first
+		start := end - 1
+		u := back[start].u
+		for start > 0 && back[start-1].u == u {
+			start--
+		}
+		u.q = append(back[start:end:end], u.q...)
+		end = start
 	}
 	var last *partState
 	for _, it := range items[:handled] {
