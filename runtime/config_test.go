@@ -419,7 +419,9 @@ func TestShutdownDuringStartStopsWhatStartStarted(t *testing.T) {
 		t.Fatal("Done is not closed after Shutdown returned")
 	}
 	require.Zero(t, s.len())
-	require.ErrorIs(t, app.Start(ctx), runtime.ErrStarted)
+	err := app.Start(ctx)
+	require.ErrorIs(t, err, runtime.ErrStarted)
+	require.EqualError(t, err, "tidemark: app already started, and it has stopped (Stopped): an App starts once, make a new one")
 }
 
 // Run ended by a Shutdown during its Start returns ErrClosed only once that Shutdown has stopped
