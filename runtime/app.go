@@ -114,11 +114,11 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // committed offsets, and pattern subscriptions have loaded metadata. ctx bounds start-up only (60s
 // when it has no deadline): a cluster that cannot be dialed yet is tried again until then (each
 // failure logged at Warn), and on failure everything started is stopped. Start returns ErrStarted
-// when called twice (wrapped, saying so, once the App has stopped), and ErrClosed on an App that Shutdown stopped before it started (DESIGN
-// §3.10). A producer opened by a Publish before a Start that fails validation is closed (bounded
-// by FlushTimeout); what it did not flush joins the configuration errors (ErrUnflushed). A
-// Shutdown called while Start runs ends it: Start returns ErrClosed (or the fatal error that ended
-// it) and that Shutdown stops what Start began.
+// when called twice (wrapped in an error that says so once the App has stopped), and ErrClosed on
+// an App that Shutdown stopped before it started (DESIGN §3.10). A producer opened by a Publish
+// before a Start that fails validation is closed (bounded by FlushTimeout); what it did not flush
+// joins the configuration errors (ErrUnflushed). A Shutdown called while Start runs ends it: Start
+// returns ErrClosed (or the fatal error that ended it) and that Shutdown stops what Start began.
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
 	if a.state != StateNew {
