@@ -33,12 +33,7 @@ func TestARewindDropsAParkedRetry(t *testing.T) {
 		got = append(got, v)
 		return nil
 	})
-	c := newBare(t, Tracked, h)
-	c.cfg.backoff = func(int, error) time.Duration { return time.Hour }
-	t.Cleanup(func() {
-		c.d.stop()
-		c.cl.Close()
-	})
+	c := newBareRetrying(t, ByPartition, h)
 	_, _, err := c.d.pushPart("t", 0, fetched(0, 8, 0))
 	require.NoError(t, err)
 	runTake(t, c) // 0..5: 5/0 parks for its in-place retry; 6/0, 7/0 go back behind it
@@ -78,12 +73,7 @@ func TestAStaleRetryIsNotParked(t *testing.T) {
 		got = append(got, v)
 		return nil
 	})
-	c = newBare(t, Tracked, h)
-	c.cfg.backoff = func(int, error) time.Duration { return time.Hour }
-	t.Cleanup(func() {
-		c.d.stop()
-		c.cl.Close()
-	})
+	c = newBareRetrying(t, ByPartition, h)
 	_, _, err := c.d.pushPart("t", 0, fetched(5, 6, 0))
 	require.NoError(t, err)
 	runTake(t, c)
@@ -173,13 +163,7 @@ func TestARewindOfAParkedHeadReadiesWhatItsUnitKeeps(t *testing.T) {
 		got = append(got, v)
 		return nil
 	})
-	c = newBare(t, Tracked, h)
-	c.cfg.ordering, c.d.ordering = ByKey, ByKey
-	c.cfg.backoff = func(int, error) time.Duration { return time.Hour }
-	t.Cleanup(func() {
-		c.d.stop()
-		c.cl.Close()
-	})
+	c = newBareRetrying(t, ByKey, h)
 	_, _, err := c.d.pushPart("t", 0, []*kgo.Record{rec(6, "a", 0)})
 	require.NoError(t, err)
 	runTake(t, c)
@@ -209,4 +193,18 @@ func TestARewindOfAParkedHeadReadiesWhatItsUnitKeeps(t *testing.T) {
 		require.Zero(t, ps.held)
 		require.Empty(t, ps.keys)
 	})
+}
+
+// newBareRetrying is newBare in Tracked (Auto refuses in-place retries) with ordering, a backoff
+// of an hour for every in-place retry (a test sees a retry parked until the rewind drops it), and
+// stopped at the end.
+func newBareRetrying(t *testing.T, ordering Ordering, h Handler) *consumer {
+	c := newBare(t, Tracked, h)
+	c.cfg.ordering, c.d.ordering = ordering, ordering
+	c.cfg.backoff = func(int, error) time.Duration { return time.Hour }
+	t.Cleanup(func() {
+		c.d.stop()
+		c.cl.Close()
+	})
+	return c
 }
