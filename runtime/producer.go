@@ -83,7 +83,7 @@ func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
 func PublishJSON(ctx context.Context, app *App, topic string, key []byte, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("tidemark: publish to %s: encode: %w", topic, err)
+		return fmt.Errorf("tidemark: publish to %q: encode: %w", topic, err)
 	}
 	return app.Publish(ctx, &kgo.Record{Topic: topic, Key: key, Value: b})
 }
@@ -103,7 +103,7 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 		return err
 	}
 	if err := acquireSlot(ctx, slots, p.app.cfg.queueTimeout); err != nil {
-		return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)
+		return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, err)
 	}
 	p.mu.RLock()
 	if p.closed {
@@ -131,9 +131,9 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 	}
 	if err != nil {
 		if errors.Is(err, kgo.ErrClientClosed) {
-			return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrUnflushed, err)
+			return fmt.Errorf("tidemark: publish to %q: %w: %w", r.Topic, ErrUnflushed, err)
 		}
-		return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)
+		return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, err)
 	}
 	return nil
 }

@@ -33,6 +33,9 @@ func TestPublishRoundTripsKeyValueAndHeaders(t *testing.T) {
 		Headers: []kgo.RecordHeader{{Key: "h1", Value: []byte{0xFE}}, {Key: "h1", Value: nil}, {Key: "", Value: []byte("x")}}}
 	require.NoError(t, app.Publish(ctx, rec))
 	require.EqualError(t, app.Publish(ctx, nil), "tidemark: publish: nil record")
+	err := app.Publish(ctx, &kgo.Record{Value: []byte("no topic")})
+	require.EqualError(t, err, `tidemark: publish to "": cannot produce record with no topic and no default topic`,
+		"the topic is quoted, an empty one too (helper-97)")
 	require.NoError(t, runtime.PublishJSON(ctx, app, "out", []byte("k"), map[string]int{"n": 1}))
 	got := c.ReadAll(t, "out", true)
 	require.Len(t, got, 2)

@@ -68,10 +68,10 @@ func windowOf(ctx context.Context) *txnWindow {
 // A failed produce aborts the window (franz-go would commit what succeeded; DESIGN §3.11).
 func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	if cause := tw.w.Aborted(); cause != nil {
-		return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrWindowClosed, cause)
+		return fmt.Errorf("tidemark: publish to %q: %w: %w", r.Topic, ErrWindowClosed, cause)
 	}
 	if tw.w.Closed() { // its transaction is ending or ended
-		return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, ErrWindowClosed)
+		return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, ErrWindowClosed)
 	}
 	pubs := publishesOf(ctx)
 	if pubs != nil {
@@ -84,7 +84,7 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	// after the window closed had a ctx kept past its window's end: there is nothing to abort.
 	err := acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout)
 	if err != nil && tw.w.Closed() {
-		return fmt.Errorf("tidemark: publish to %s: %w: %w", r.Topic, ErrWindowClosed, err)
+		return fmt.Errorf("tidemark: publish to %q: %w: %w", r.Topic, ErrWindowClosed, err)
 	}
 	if err == nil {
 		pending := &tw.c.app.prod.pending // App.Pending counts these publishes too
@@ -93,7 +93,7 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 			tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) { <-slots; pending.Add(-1); done <- err })
 		}); err != nil {
 			<-slots
-			return fmt.Errorf("tidemark: publish to %s: %w", r.Topic, err)
+			return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, err)
 		}
 		err = <-done
 	}
@@ -101,7 +101,7 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 		r.Context = nil // so r can be published again, in the next window, with its own ctx
 	}
 	if err != nil {
-		err = fmt.Errorf("tidemark: publish to %s in a transaction: %w", r.Topic, err)
+		err = fmt.Errorf("tidemark: publish to %q in a transaction: %w", r.Topic, err)
 		if pubs != nil && tw.w.Aborted() == nil { // else it may have failed because of the abort (its ctx ended)
 			pubs.failed.CompareAndSwap(nil, &err)
 		}
