@@ -232,6 +232,7 @@ type dispatcher struct {
 	allPaused  bool
 	allTimer   *time.Timer // while allPaused: lifts it after holdMax if there is room (allPauseExpired)
 	stopping   atomic.Bool // set by stop, read by lanes between the records of a take
+	waiting    atomic.Bool // a unit is listed in ready (maybe a stale entry): read by lanes (takeSlice)
 	holding    int         // partitions holding the poll loop off (holdsPoll): it does not poll
 	backlogs   bool        // records beyond a partition's bounds wait in its backlog (not Transactional)
 	backlogged int         // partitions with a backlog
@@ -600,6 +601,9 @@ func (d *dispatcher) readyLocked(u *unit) {
 		d.ready, d.rhead = d.ready[:k], 0
 	}
 	d.ready = append(d.ready, u)
+	if !d.waiting.Load() { // a store only when it changes: this runs for each record under Unordered
+		d.waiting.Store(true)
+	}
 }
 
 // take blocks until a unit is ready and returns its next records, at most n, appended to buf[:0]:
@@ -662,6 +666,7 @@ func (d *dispatcher) popReadyLocked() *unit {
 	d.rhead++
 	if d.rhead == len(d.ready) {
 		d.ready, d.rhead = d.ready[:0], 0
+		d.waiting.Store(false)
 	}
 	u.ready = false
 	return u
