@@ -27,7 +27,7 @@ const takeSlice = time.Millisecond
 
 // sliceChecks has bit n set for the n-th record after which a take checks takeSlice: its clock
 // starts after the first, and each check reads it (time.Now, about 20 ns: a few per take).
-const sliceChecks = 1<<1 | 1<<2 | 1<<8 | 1<<32
+const sliceChecks uint64 = 1<<1 | 1<<2 | 1<<8 | 1<<32
 
 // lane is one worker goroutine: it takes ready records from the dispatcher, runs the handler and
 // settles the outcomes, then finishes the take, until the dispatcher stops.
