@@ -53,7 +53,7 @@ type partState struct {
 	// new cell. Not the record itself: its value would keep its whole fetch buffer alive.
 	done atomic.Pointer[doneCell]
 
-	rewound atomic.Pointer[rewindMark] // Auto, Tracked: the latest rewind (see stale); nil before any
+	rewound atomic.Pointer[rewindMark] // Auto, Tracked: the rewinds so far (see stale); nil before any
 
 	// guarded by dispatcher.mu, used by the committer
 	high        int64     // the highest offset admitted (Transactional: into the current window), -1 for none
@@ -63,11 +63,26 @@ type partState struct {
 	marked kgo.EpochOffset // Auto: the position last marked (guarded by consumer.markMu), {-1, 0} before any
 }
 
-// A rewindMark is a partition's latest rewind: the records admitted before it at or above its
-// offset are stale (see stale). Immutable.
+// A rewindMark is a partition's rewinds so far: the records admitted before one of them at or
+// above its offset are stale (see stale). Immutable: a rewind stores a new one (rewindLocked).
 type rewindMark struct {
-	n  uint32 // the partition's rewinds so far, this one included
-	at int64  // the offset it fetched again from
+	n   uint32  // the partition's rewinds so far
+	ats []int64 // the offsets the latest of them fetched again from, oldest first, the latest last: at most keptRewinds
+}
+
+// keptRewinds is how many rewinds of a partition a rewindMark keeps the offsets of. A record
+// admitted before more rewinds than that is told stale by the latest keptRewinds only: one made
+// stale by an older rewind alone runs (uncounted), as every record did before rewinds were followed.
+const keptRewinds = 64
+
+// nextRewind returns a partition's mark after one more rewind, from offset at (old: the mark before it, nil
+// before any).
+func nextRewind(old *rewindMark, at int64) *rewindMark {
+	if old == nil {
+		return &rewindMark{n: 1, ats: []int64{at}}
+	}
+	keep := old.ats[max(len(old.ats)-(keptRewinds-1), 0):]
+	return &rewindMark{n: old.n + 1, ats: append(slices.Clip(keep), at)}
 }
 
 // A doneCell is Auto's done position within one leader epoch.
@@ -155,14 +170,22 @@ func (ps *partState) moved() (kgo.EpochOffset, bool) {
 	return done, true
 }
 
-// stale reports whether a record at offset off, admitted after rewinds of ps's rewinds, was
-// admitted before ps's latest rewind, at or above the rewind's offset (Auto, Tracked): fetched
-// again, it is handled as its new copy, and the tracker no longer counts it. A record an earlier
-// rewind made stale, below the latest one's offset, is not told apart: it runs, as all did before
-// rewinds were followed.
+// stale reports whether a record at offset off, admitted after rewinds of ps's rewinds, is at or
+// above the offset of a rewind of ps since (Auto, Tracked): fetched again, it is handled as its new
+// copy, and the tracker no longer counts it (tracker.Partition.Deliver: a rewind stops counting the
+// deliveries at or above its offset). Only the latest keptRewinds rewinds are known (rewindMark).
 func (ps *partState) stale(off int64, rewinds uint32) bool {
 	m := ps.rewound.Load()
-	return m != nil && rewinds != m.n && off >= m.at
+	if m == nil || rewinds == m.n {
+		return false
+	}
+	since := min(int(m.n-rewinds), len(m.ats))
+	for _, at := range m.ats[len(m.ats)-since:] {
+		if off >= at {
+			return true
+		}
+	}
+	return false
 }
 
 // A unit is what must be handled in order, one take at a time: a partition, a key, or (Unordered,
@@ -433,12 +456,8 @@ func (d *dispatcher) admitSomeLocked(ps *partState, recs []*kgo.Record) (used in
 				// from the log. They are not handled beside their new copies: the queued ones are
 				// dropped, the taken ones are no longer runnable (stale); the tracker's rewind
 				// (Deliver) stops counting them.
-				m := &rewindMark{n: 1, at: r.Offset}
-				if mark != nil {
-					m.n = mark.n + 1
-				}
-				mark = m
-				ps.rewound.Store(m)
+				mark = nextRewind(mark, r.Offset)
+				ps.rewound.Store(mark)
 				if ps.trk == nil {
 					ps.renewDone() // after the mark: see markDone
 				}
@@ -1308,9 +1327,9 @@ func (d *dispatcher) dropFromLocked(ps *partState, off int64) {
 			delete(d.parked, it)
 			it.u.parked = false
 			drop(it.u) // a unit of its own (a copy not yet due, Unordered) is listed nowhere else
-			// What it keeps, below off, is ready again: a record an earlier rewind made stale
-			// that parked at the head of that rewind's new copies (stale tells it apart no more)
-			// leaves them behind it, and the rewind's own record may join another unit.
+			// What it keeps, below off, is ready again: a record stale by a rewind older than
+			// keptRewinds only, parked at the head of that rewind's new copies, leaves them
+			// behind it, and this rewind's own record may join another unit.
 			d.readyLocked(it.u)
 		}
 	}

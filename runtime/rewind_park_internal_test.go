@@ -135,64 +135,78 @@ func runTake(t *testing.T, c *consumer) {
 }
 
 // Tracked, ByKey: 6/0 (key a) is in its handler when the partition is fetched again from 5, then
-// from 7: the second rewind is the latest, 6/0 is below its offset and no longer told apart from
-// a record the rewinds kept (partState.stale), so its in-place retry parks it at the head of a's
-// unit, before 5/1 and 6/1. A third rewind, from 6, whose record 6/3 has another key (the log was
-// truncated and written anew), drops the parked 6/0 and 6/1: a's unit, holding 5/1 still, must
-// be ready again, not left unparked and unlisted, 5/1 never to run (and held for good).
-func TestARewindOfAParkedHeadReadiesWhatItsUnitKeeps(t *testing.T) {
-	rec := func(off int64, key string, rewinds int) *kgo.Record {
-		return &kgo.Record{Topic: "t", Partition: 0, Offset: off, Key: []byte(key),
-			Value: fmt.Appendf(nil, "%d/%d", off, rewinds)}
-	}
-	var c *consumer
-	var got []string // the lane's goroutine is the test's: no lock
-	h := HandlerFunc(func(_ context.Context, d *Delivery) error {
-		v := string(d.Record().Value)
-		if v == "6/0" {
-			for _, recs := range [][]*kgo.Record{
-				{rec(5, "a", 1), rec(6, "a", 1), rec(7, "a", 1), rec(8, "a", 1)}, // from 5
-				{rec(7, "a", 2)}, // from 7
-			} {
-				if _, _, err := c.d.pushPart("t", 0, recs); err != nil {
-					return err
-				}
+// from 7 (later times), and its handler asks for an in-place retry. After one rewind from 7, 6/0
+// is stale by the one from 5 (partState.stale keeps every rewind since its admission): it is
+// dropped, not parked, and 5/1, 6/1, 7/2 run. After keptRewinds of them, the rewind from 5 is
+// forgotten, 6/0 is told stale by none, and its retry parks it at the head of a's unit, before 5/1
+// and 6/1 (helper-96's case, then with two rewinds). Either way a last rewind, from 6, whose
+// record has another key (the log was truncated and written anew), drops what is at or above 6:
+// a's unit, holding 5/1 still, must be ready again, not left unparked and unlisted, 5/1 never to
+// run (and held for good).
+func TestARecordStaleByAnEarlierRewindIsToldApart(t *testing.T) {
+	for _, later := range []int{1, keptRewinds} {
+		t.Run(fmt.Sprint(later), func(t *testing.T) {
+			rec := func(off int64, key string, rewinds int) *kgo.Record {
+				return &kgo.Record{Topic: "t", Partition: 0, Offset: off, Key: []byte(key),
+					Value: fmt.Appendf(nil, "%d/%d", off, rewinds)}
 			}
-			return Retry(errors.New("once"))
-		}
-		got = append(got, v)
-		return nil
-	})
-	c = newBareRetrying(t, ByKey, h)
-	_, _, err := c.d.pushPart("t", 0, []*kgo.Record{rec(6, "a", 0)})
-	require.NoError(t, err)
-	runTake(t, c)
-	ps := c.d.parts[tp{"t", 0}]
-	locked(c.d, func() {
-		require.Len(t, c.d.parked, 1, "6/0, not stale by the latest rewind, parks for its retry")
-		require.Equal(t, 4, ps.held, "6/0 parked; 5/1, 6/1, 7/2 behind it")
-	})
-	_, _, err = c.d.pushPart("t", 0, []*kgo.Record{rec(6, "b", 3)}) // from 6, another key
-	require.NoError(t, err)
-	locked(c.d, func() {
-		require.Empty(t, c.d.parked)
-		require.Equal(t, 2, ps.held, "5/1 and 6/3")
-	})
-	for {
-		var items []*item
-		locked(c.d, func() { items = c.d.grabLocked(nil, laneTake) })
-		if len(items) == 0 {
-			break
-		}
-		var dl Delivery
-		var running []*item
-		c.d.finishTake(items, c.handleTake(items, &dl, &running), 0)
+			var c *consumer
+			var got []string // the lane's goroutine is the test's: no lock
+			h := HandlerFunc(func(_ context.Context, d *Delivery) error {
+				v := string(d.Record().Value)
+				if v == "6/0" {
+					recs := []*kgo.Record{rec(5, "a", 1), rec(6, "a", 1), rec(7, "a", 1), rec(8, "a", 1)} // from 5
+					if _, _, err := c.d.pushPart("t", 0, recs); err != nil {
+						return err
+					}
+					for n := range later { // from 7
+						if _, _, err := c.d.pushPart("t", 0, []*kgo.Record{rec(7, "a", 2+n)}); err != nil {
+							return err
+						}
+					}
+					return Retry(errors.New("once"))
+				}
+				got = append(got, v)
+				return nil
+			})
+			c = newBareRetrying(t, ByKey, h)
+			_, _, err := c.d.pushPart("t", 0, []*kgo.Record{rec(6, "a", 0)})
+			require.NoError(t, err)
+			runTake(t, c)
+			ps := c.d.parts[tp{"t", 0}]
+			locked(c.d, func() {
+				if later == 1 {
+					require.Empty(t, c.d.parked, "6/0, stale by the rewind from 5, is not parked for its retry")
+					require.Equal(t, 3, ps.held, "5/1, 6/1, 7/2")
+				} else {
+					require.Len(t, c.d.parked, 1, "6/0, stale by a forgotten rewind only, parks for its retry")
+					require.Equal(t, 4, ps.held, "6/0 parked; 5/1, 6/1 and the last 7 behind it")
+				}
+			})
+			last := fmt.Sprintf("6/%d", later+2)
+			_, _, err = c.d.pushPart("t", 0, []*kgo.Record{{Topic: "t", Partition: 0, Offset: 6, Key: []byte("b"), Value: []byte(last)}})
+			require.NoError(t, err)
+			locked(c.d, func() {
+				require.Empty(t, c.d.parked)
+				require.Equal(t, 2, ps.held, "5/1 and "+last)
+			})
+			for {
+				var items []*item
+				locked(c.d, func() { items = c.d.grabLocked(nil, laneTake) })
+				if len(items) == 0 {
+					break
+				}
+				var dl Delivery
+				var running []*item
+				c.d.finishTake(items, c.handleTake(items, &dl, &running), 0)
+			}
+			require.ElementsMatch(t, []string{"5/1", last}, got)
+			locked(c.d, func() {
+				require.Zero(t, ps.held)
+				require.Empty(t, ps.keys)
+			})
+		})
 	}
-	require.ElementsMatch(t, []string{"5/1", "6/3"}, got)
-	locked(c.d, func() {
-		require.Zero(t, ps.held)
-		require.Empty(t, ps.keys)
-	})
 }
 
 // newBareRetrying is newBare in Tracked (Auto refuses in-place retries) with ordering, a backoff
