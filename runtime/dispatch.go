@@ -64,7 +64,7 @@ type partState struct {
 }
 
 // A rewindMark is a partition's rewinds so far: the records admitted before one of them at or
-// above its offset are stale (see stale). Immutable: a rewind stores a new one (rewindLocked).
+// above its offset are stale (see stale). Immutable: a rewind stores a new one (nextRewind).
 type rewindMark struct {
 	n   uint32  // the partition's rewinds so far
 	ats []int64 // the offsets the latest of them fetched again from, oldest first, the latest last: at most keptRewinds
@@ -75,8 +75,8 @@ type rewindMark struct {
 // stale by an older rewind alone runs (uncounted), as every record did before rewinds were followed.
 const keptRewinds = 64
 
-// nextRewind returns a partition's mark after one more rewind, from offset at (old: the mark before it, nil
-// before any).
+// nextRewind returns a partition's mark after one more rewind, from offset at; old is the mark
+// before it, nil before any.
 func nextRewind(old *rewindMark, at int64) *rewindMark {
 	if old == nil {
 		return &rewindMark{n: 1, ats: []int64{at}}
