@@ -21,6 +21,14 @@ func fetched(from, to int64, rewinds int) []*kgo.Record {
 	return recs
 }
 
+// pushTo0 queues recs, records of partition 0 of topic "t", as the poll loop does (one pushPart),
+// and requires that it accepted them.
+func pushTo0(t *testing.T, c *consumer, recs []*kgo.Record) {
+	t.Helper()
+	_, _, err := c.d.pushPart("t", 0, recs)
+	require.NoError(t, err)
+}
+
 // drain takes and finishes one record at a time until nothing is ready, completing each in the
 // tracker (Tracked) or marking it (Auto) as a lane does, and returns the values taken, in order.
 func drain(t *testing.T, c *consumer) []string {
@@ -47,10 +55,8 @@ func TestARewindDropsTheQueuedRecordsAtOrAboveIt(t *testing.T) {
 	for _, mode := range []CommitMode{Auto, Tracked} {
 		t.Run(mode.String(), func(t *testing.T) {
 			c := newBareNoop(t, mode, ByKey)
-			_, _, err := c.d.pushPart("t", 0, fetched(0, 10, 0))
-			require.NoError(t, err)
-			_, _, err = c.d.pushPart("t", 0, fetched(5, 8, 1))
-			require.NoError(t, err)
+			pushTo0(t, c, fetched(0, 10, 0))
+			pushTo0(t, c, fetched(5, 8, 1))
 			ps := c.d.parts[tp{"t", 0}]
 			locked(c.d, func() { require.Equal(t, 8, ps.held, "0..4 of the first fetch, 5..7 of the second") })
 			got := drain(t, c)
@@ -72,15 +78,13 @@ func TestARewindDropsTheQueuedRecordsAtOrAboveIt(t *testing.T) {
 func TestARewindCutsTheBacklog(t *testing.T) {
 	c := newBareNoop(t, Tracked, ByPartition)
 	c.d.perPart = 4
-	_, _, err := c.d.pushPart("t", 0, fetched(0, 10, 0))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(0, 10, 0))
 	ps := c.d.parts[tp{"t", 0}]
 	locked(c.d, func() {
 		require.Equal(t, 4, ps.held)
 		require.Len(t, ps.backlog, 6)
 	})
-	_, _, err = c.d.pushPart("t", 0, fetched(6, 8, 1))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(6, 8, 1))
 	require.Equal(t, []string{"0/0", "1/0", "2/0", "3/0", "4/0", "5/0", "6/1", "7/1"}, drain(t, c))
 	w, _ := ps.trk.Moved()
 	require.Equal(t, int64(8), w.Offset, "Tracked: the watermark passes every record once")
@@ -97,12 +101,10 @@ func TestAStaleRecordMarksNothingUnderAuto(t *testing.T) {
 		}
 		return recs
 	}
-	_, _, err := c.d.pushPart("t", 0, epoch(fetched(7, 8, 0), 0))
-	require.NoError(t, err)
+	pushTo0(t, c, epoch(fetched(7, 8, 0), 0))
 	items, ok := c.d.take(nil, 1)
 	require.True(t, ok)
-	_, _, err = c.d.pushPart("t", 0, epoch(fetched(5, 8, 1), 1))
-	require.NoError(t, err)
+	pushTo0(t, c, epoch(fetched(5, 8, 1), 1))
 	ps := c.d.parts[tp{"t", 0}]
 	require.True(t, items[0].stale())
 	c.markDone(items[0])
@@ -117,10 +119,8 @@ func TestAStaleRecordMarksNothingUnderAuto(t *testing.T) {
 // and its unit is forgotten; k1's new record gets a new unit, k0 keeps 0.
 func TestARewindForgetsTheUnitsOfEmptiedKeys(t *testing.T) {
 	c := newBareNoop(t, Auto, ByKey)
-	_, _, err := c.d.pushPart("t", 0, fetched(0, 10, 0))
-	require.NoError(t, err)
-	_, _, err = c.d.pushPart("t", 0, fetched(1, 2, 1))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(0, 10, 0))
+	pushTo0(t, c, fetched(1, 2, 1))
 	ps := c.d.parts[tp{"t", 0}]
 	locked(c.d, func() {
 		require.Equal(t, 2, ps.held)
@@ -134,14 +134,12 @@ func TestARewindForgetsTheUnitsOfEmptiedKeys(t *testing.T) {
 // and k0's unit, emptied and idle, is forgotten by finishTake itself, no record of it finished.
 func TestAStaleTakeForgetsItsEmptiedKeyUnit(t *testing.T) {
 	c := newBareNoop(t, Auto, ByKey)
-	_, _, err := c.d.pushPart("t", 0, fetched(0, 4, 0)) // k0: 0, 3; k1: 1; k2: 2
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(0, 4, 0)) // k0: 0, 3; k1: 1; k2: 2
 	var items []*item
 	locked(c.d, func() { items = c.d.grabLocked(nil, laneTake) })
 	require.Len(t, items, 2)
 	require.Equal(t, []byte("k0"), items[0].rec.Key)
-	_, _, err = c.d.pushPart("t", 0, []*kgo.Record{{Topic: "t", Partition: 0, Offset: 0, Key: []byte("kx"), Value: []byte("0/1")}})
-	require.NoError(t, err)
+	pushTo0(t, c, []*kgo.Record{{Topic: "t", Partition: 0, Offset: 0, Key: []byte("kx"), Value: []byte("0/1")}})
 	require.True(t, items[0].stale())
 	require.True(t, items[1].stale())
 	c.d.finishTake(items, 0, 0)
@@ -159,8 +157,7 @@ func TestAStaleTakeForgetsItsEmptiedKeyUnit(t *testing.T) {
 // rewind renewed the cell, so the raise lands in one the committer no longer reads.
 func TestAMarkRacingARewindIsNotSeen(t *testing.T) {
 	c := newBareNoop(t, Auto, ByPartition)
-	_, _, err := c.d.pushPart("t", 0, fetched(6, 8, 0))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(6, 8, 0))
 	ps := c.d.parts[tp{"t", 0}]
 	items, ok := c.d.take(nil, 1)
 	require.True(t, ok)
@@ -180,8 +177,7 @@ func TestAMarkRacingARewindIsNotSeen(t *testing.T) {
 	for _, r := range recs {
 		r.LeaderEpoch = 1
 	}
-	_, _, err = c.d.pushPart("t", 0, recs)
-	require.NoError(t, err)
+	pushTo0(t, c, recs)
 	require.True(t, cell.next.CompareAndSwap(7, 8), "the lane's raise, after the rewind")
 	_, ok = ps.moved()
 	require.False(t, ok, "the stale raise is not marked")

@@ -34,16 +34,14 @@ func TestARewindDropsAParkedRetry(t *testing.T) {
 		return nil
 	})
 	c := newBareRetrying(t, ByPartition, h)
-	_, _, err := c.d.pushPart("t", 0, fetched(0, 8, 0))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(0, 8, 0))
 	runTake(t, c) // 0..5: 5/0 parks for its in-place retry; 6/0, 7/0 go back behind it
 	ps := c.d.parts[tp{"t", 0}]
 	locked(c.d, func() {
 		require.Len(t, c.d.parked, 1)
 		require.Zero(t, c.d.readyLen(), "the partition's unit waits behind the parked 5/0")
 	})
-	_, _, err = c.d.pushPart("t", 0, fetched(3, 8, 1))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(3, 8, 1))
 	locked(c.d, func() {
 		require.Empty(t, c.d.parked, "5/0 is parked no more")
 		require.Equal(t, 5, ps.held, "3/1..7/1")
@@ -74,8 +72,7 @@ func TestAStaleRetryIsNotParked(t *testing.T) {
 		return nil
 	})
 	c = newBareRetrying(t, ByPartition, h)
-	_, _, err := c.d.pushPart("t", 0, fetched(5, 6, 0))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(5, 6, 0))
 	runTake(t, c)
 	locked(c.d, func() {
 		require.Empty(t, c.d.parked, "the stale 5/0 is not parked")
@@ -99,13 +96,11 @@ func TestABatchSkipsItsStaleElements(t *testing.T) {
 		got = append(got, vs)
 		return make([]error, len(ds))
 	})
-	_, _, err := c.d.pushPart("t", 0, fetched(0, 4, 0))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(0, 4, 0))
 	var items []*item
 	locked(c.d, func() { items = c.d.grabLocked(nil, 8) })
 	require.Len(t, items, 4)
-	_, _, err = c.d.pushPart("t", 0, fetched(2, 4, 1))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(2, 4, 1))
 	for {
 		var running []*item
 		c.handleBatch(items, &running)
@@ -170,8 +165,7 @@ func TestARecordStaleByAnEarlierRewindIsToldApart(t *testing.T) {
 				return nil
 			})
 			c = newBareRetrying(t, ByKey, h)
-			_, _, err := c.d.pushPart("t", 0, []*kgo.Record{rec(6, "a", 0)})
-			require.NoError(t, err)
+			pushTo0(t, c, []*kgo.Record{rec(6, "a", 0)})
 			runTake(t, c)
 			ps := c.d.parts[tp{"t", 0}]
 			locked(c.d, func() {
@@ -184,8 +178,7 @@ func TestARecordStaleByAnEarlierRewindIsToldApart(t *testing.T) {
 				}
 			})
 			last := fmt.Sprintf("6/%d", later+2)
-			_, _, err = c.d.pushPart("t", 0, []*kgo.Record{{Topic: "t", Partition: 0, Offset: 6, Key: []byte("b"), Value: []byte(last)}})
-			require.NoError(t, err)
+			pushTo0(t, c, []*kgo.Record{{Topic: "t", Partition: 0, Offset: 6, Key: []byte("b"), Value: []byte(last)}})
 			locked(c.d, func() {
 				require.Empty(t, c.d.parked)
 				require.Equal(t, 2, ps.held, "5/1 and "+last)

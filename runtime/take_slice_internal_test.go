@@ -21,8 +21,7 @@ func TestASlowTakeYieldsToWaitingUnits(t *testing.T) {
 		got = append(got, string(d.Record().Value))
 		return nil
 	})
-	_, _, err := c.d.pushPart("t", 0, fetched(0, 12, 0))
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(0, 12, 0))
 	for range 6 {
 		runTake(t, c)
 	}
@@ -32,14 +31,12 @@ func TestASlowTakeYieldsToWaitingUnits(t *testing.T) {
 	require.Equal(t, int64(12), w.Offset)
 
 	got = nil
-	_, _, err = c.d.pushPart("t", 0, fetched(12, 13, 0)) // k0 alone from here: 12
-	require.NoError(t, err)
+	pushTo0(t, c, fetched(12, 13, 0)) // k0 alone from here: 12
 	recs := fetched(15, 22, 0)
 	for _, r := range recs {
 		r.Key = []byte("k0")
 	}
-	_, _, err = c.d.pushPart("t", 0, recs)
-	require.NoError(t, err)
+	pushTo0(t, c, recs)
 	runTake(t, c)
 	require.Equal(t, []string{"12/0", "15/0", "16/0", "17/0", "18/0", "19/0", "20/0", "21/0"}, got, "nothing waits: one take")
 }
