@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tidemark-io/tidemark/tracker"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -66,6 +67,8 @@ type consumer struct {
 	commDone   chan struct{}   // closed when the committer returns; nil if it never started
 	txnPart    kgo.Partitioner // Transactional: the user's partitioner (txnPartitioner)
 	txnSlots   chan struct{}   // Transactional: the sessions' buffer slots, for QueueTimeout (acquireSlot)
+	ownDue     atomic.Bool     // Transactional: a revoke or a loss reached this member; checkOwnership is due
+	ownSince   time.Time       // Transactional, the poll loop's: when the current run of inconclusive checks began
 	wake       chan struct{}
 	wg         sync.WaitGroup // lanes and the committer
 	closing    atomic.Bool    // set before the client leaves the group at shutdown

@@ -36,6 +36,9 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	if len(revoked) == 0 {
 		return // cooperative groups call it with nothing at the end of every session
 	}
+	if c.txnMode {
+		c.ownDue.Store(true) // later revokes in this transaction may not reach us (ownership.go)
+	}
 	pss := c.d.detach(revoked)
 	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "revoked", Partitions: revoked})
 	if len(pss) == 0 {
@@ -114,6 +117,7 @@ func (c *consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 	}
 	c.markMu.Unlock()
 	if c.txnMode {
+		c.ownDue.Store(true) // later losses and revokes in this transaction may not reach us (ownership.go)
 		c.abortCurrentWindow(errRevokedWindow)
 	}
 	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "lost", Partitions: lost})

@@ -260,6 +260,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		default:
 			c.log.Info("tidemark: transaction aborted by a rebalance; the window is read again")
 		}
+		c.checkOwnership(ctx)
 		if ctx.Err() != nil {
 			return
 		}
