@@ -93,8 +93,10 @@ func PublishJSON(ctx context.Context, app *App, topic string, key []byte, v any)
 func (a *App) Unflushed() int64 { return a.prod.unflushed.Load() }
 
 // Pending returns how many published records (replies, retry copies and dead letters included, in
-// Transactional sessions too) are buffered or sent and not yet acknowledged by the brokers: a
-// gauge of the producers' backlog.
+// Transactional sessions too) have been handed to franz-go and are not yet acknowledged by the
+// brokers (buffered, waiting in franz-go for buffer bytes under MaxBufferedBytes, or sent): a gauge
+// of the producers' backlog. A Publish still waiting for one of the MaxBufferedRecords slots (up to
+// QueueTimeout) is not counted yet.
 func (a *App) Pending() int64 { return a.prod.pending.Load() }
 
 func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
@@ -125,7 +127,7 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 		p.sent.Done()
 		done <- err
 	})
-	err = <-done
+	err = withCause(ctx, <-done)
 	if own {
 		r.Context = nil
 	}
@@ -159,8 +161,22 @@ func acquireSlot(ctx context.Context, slots chan struct{}, d time.Duration) erro
 	case <-timeout:
 		return ErrQueueFull
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return withCause(ctx, ctx.Err())
 	}
+}
+
+// withCause returns err, and beside it ctx's cause if ctx's end made the call fail (err is
+// ctx.Err()) and it has one (context.WithCancelCause, WithTimeoutCause): errors.Is finds both.
+// franz-go fails a produce whose ctx ended with ctx.Err() alone (helper-98: a Publish with a
+// cancelled cause said only "context canceled").
+func withCause(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	if cause := context.Cause(ctx); !errors.Is(err, cause) {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // client returns the producer's client and buffer slots, creating the client on first use.

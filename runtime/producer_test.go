@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -157,6 +158,44 @@ func TestPublishTheSameRecordAgainAfterItsCtxEnded(t *testing.T) {
 	got := c.ReadAll(t, "later", true)
 	require.Len(t, got, 1)
 	require.Equal(t, "v", string(got[0].Value))
+}
+
+// A Publish whose ctx ended with a cause (context.WithCancelCause) reports it beside ctx's error,
+// whether the ctx ended before the record was handed to franz-go (which fails it with ctx.Err()
+// alone: helper-98 saw only "context canceled") or while it waited for a buffer slot: errors.Is
+// finds both, and nothing is produced.
+func TestPublishReportsItsCtxCause(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.MaxBufferedRecords(1)))...)
+	t.Cleanup(func() { stop(t, app) })
+	cause := errors.New("request abandoned")
+
+	ended, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	err := app.Publish(ended, &kgo.Record{Topic: "out", Value: []byte("ended")})
+	require.EqualError(t, err, `tidemark: publish to "out": context canceled: request abandoned`)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, cause)
+
+	ctx, cancelAll := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancelAll()
+	release := c.HoldProduce()
+	defer release()
+	held := make(chan error, 1)
+	go func() { held <- app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("held")}) }()
+	require.Eventually(t, func() bool { return app.Pending() == 1 }, kfaketest.WaitTimeout, time.Millisecond)
+	waiting, cancelWaiting := context.WithCancelCause(context.Background())
+	waited := make(chan error, 1)
+	go func() { waited <- app.Publish(waiting, &kgo.Record{Topic: "out", Value: []byte("waiting")}) }()
+	cancelWaiting(cause) // the one slot is the held record's: the publish waits for it, or has not started
+	err = <-waited
+	require.EqualError(t, err, `tidemark: publish to "out": context canceled: request abandoned`)
+	require.ErrorIs(t, err, cause)
+	release()
+	require.NoError(t, <-held)
+	got := c.ReadAll(t, "out", true)
+	require.Len(t, got, 1)
+	require.Equal(t, "held", string(got[0].Value))
 }
 
 // A Start that fails validation closes a producer a Publish opened before it, and reports what that

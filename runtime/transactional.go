@@ -95,7 +95,7 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 			<-slots
 			return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, err)
 		}
-		err = <-done
+		err = withCause(ctx, <-done)
 	}
 	if own {
 		r.Context = nil // so r can be published again, in the next window, with its own ctx
