@@ -67,7 +67,9 @@ type consumer struct {
 	commDone   chan struct{}   // closed when the committer returns; nil if it never started
 	txnPart    kgo.Partitioner // Transactional: the user's partitioner (txnPartitioner)
 	txnSlots   chan struct{}   // Transactional: the sessions' buffer slots, for QueueTimeout (acquireSlot)
-	ownDue     atomic.Bool     // Transactional: a revoke or a loss reached this member; checkOwnership is due
+	revokes    atomic.Uint64   // Transactional: revokes and losses that reached this member (checkOwnership)
+	ownMark    uint64          // Transactional, the poll loop's: revokes just before the previous End
+	ownRetry   bool            // Transactional, the poll loop's: the last check was inconclusive; ask again
 	ownSince   time.Time       // Transactional, the poll loop's: when the current run of inconclusive checks began
 	wake       chan struct{}
 	wg         sync.WaitGroup // lanes and the committer

@@ -914,20 +914,33 @@ func (d *dispatcher) unpark(it *item) {
 func (d *dispatcher) detach(tps map[string][]int32) []*partState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	defer d.wakeLanesLocked(d.readyLen()) // what the others admit with the room the revoke freed
-	var out []*partState
+	var pss []*partState
 	for topic, parts := range tps {
 		for _, p := range parts {
-			ps := d.parts[tp{topic, p}]
-			if ps == nil {
-				continue
+			if ps := d.parts[tp{topic, p}]; ps != nil {
+				pss = append(pss, ps)
 			}
-			d.dropLocked(ps)
-			out = append(out, ps)
 		}
 	}
+	return d.detachLocked(pss)
+}
+
+// detachStates detaches, as detach does, those of pss that are still held: a partition assigned
+// again since has a new state, which stays. It returns the detached states.
+func (d *dispatcher) detachStates(pss []*partState) []*partState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	pss = slices.DeleteFunc(slices.Clone(pss), func(ps *partState) bool { return d.parts[ps.tp] != ps })
+	return d.detachLocked(pss)
+}
+
+func (d *dispatcher) detachLocked(pss []*partState) []*partState {
+	defer d.wakeLanesLocked(d.readyLen()) // what the others admit with the room the revoke freed
+	for _, ps := range pss {
+		d.dropLocked(ps)
+	}
 	d.flowAllLocked()
-	return out
+	return pss
 }
 
 func (d *dispatcher) dropLocked(ps *partState) {

@@ -26,16 +26,20 @@ import (
 // ownCheckTimeout bounds one DescribeGroups request of checkOwnership.
 const ownCheckTimeout = 5 * time.Second
 
-// checkOwnership runs on the Transactional poll loop after End, between two transactions, when a
-// revoke or a loss reached this member since the last check: it compares the partitions it holds
-// with its assignment in the group's coordinator (kadm DescribeGroups), and drops those the
-// coordinator no longer assigns to it. The answer counts only from a Stable group that lists this
-// member; until then it asks again after each End, for at most the group's rebalance timeout
-// (kgo.RebalanceTimeout, 60 s by default). It gives up with a warning then, or at once when the
-// coordinator refuses (errors.Is-able kerr errors that are not retriable, such as
-// GROUP_AUTHORIZATION_FAILED without Describe on the group).
-func (c *consumer) checkOwnership(ctx context.Context) {
-	if !c.ownDue.Swap(false) || ctx.Err() != nil {
+// checkOwnership runs on the Transactional poll loop after End, between two transactions. It is due
+// when a revoke or a loss reached this member since just before the previous End (beforeEnd is the
+// count of them just before this one): a revoke the session passed on during or just after that
+// End set the flag that may swallow the next one in this transaction (helper-100). It compares the
+// partitions the member holds with its assignment in the group's coordinator (kadm
+// DescribeGroups), and drops those the coordinator no longer assigns to it. The answer counts only
+// from a Stable group that lists this member; until then it asks again after each End, for at
+// most the group's rebalance timeout (kgo.RebalanceTimeout, 60 s by default). It gives up with a
+// warning then, or at once when the coordinator refuses (kerr errors that are not retriable, such
+// as GROUP_AUTHORIZATION_FAILED without Describe on the group).
+func (c *consumer) checkOwnership(ctx context.Context, beforeEnd uint64) {
+	due := c.ownRetry || c.revokes.Load() != c.ownMark
+	c.ownMark, c.ownRetry = beforeEnd, false
+	if !due || ctx.Err() != nil {
 		return
 	}
 	if c.ownSince.IsZero() {
@@ -47,7 +51,7 @@ func (c *consumer) checkOwnership(ctx context.Context) {
 	case err == nil:
 		c.dropUnowned(unowned)
 	case errors.Is(err, errNotYet) && time.Since(c.ownSince) < bound:
-		c.ownDue.Store(true) // asked again after the next End
+		c.ownRetry = true // asked again after the next End
 		return
 	default:
 		c.log.Warn("tidemark: could not check this member's partitions against its group's coordinator after a revoke; a partition revoked later in the same transaction may still be held",
@@ -59,13 +63,16 @@ func (c *consumer) checkOwnership(ctx context.Context) {
 // errNotYet is unowned's answer while the coordinator cannot say yet what this member owns.
 var errNotYet = errors.New("tidemark: the group is not stable with this member in it yet")
 
-// unowned returns the partitions this member holds that its group's coordinator does not assign to
-// it; errNotYet (wrapped) while the coordinator cannot tell yet (see checkOwnership).
-func (c *consumer) unowned(ctx context.Context) (map[string][]int32, error) {
+// unowned returns the states of the partitions this member held before it asked that its group's
+// coordinator does not assign to it; errNotYet (wrapped) while the coordinator cannot tell yet
+// (see checkOwnership). The states are taken before the question: a partition assigned to the
+// member after the answer was given is not among them (helper-100).
+func (c *consumer) unowned(ctx context.Context) ([]*partState, error) {
 	member, _ := c.cl.GroupMetadata()
 	if member == "" {
 		return nil, fmt.Errorf("%w: it has not joined", errNotYet)
 	}
+	held := c.d.owned()
 	dctx, cancel := context.WithTimeout(ctx, ownCheckTimeout)
 	defer cancel()
 	gs, err := kadm.NewClient(c.cl).DescribeGroups(dctx, c.group) // not closed: that would close c.cl
@@ -95,21 +102,15 @@ func (c *consumer) unowned(ctx context.Context) (map[string][]int32, error) {
 			assigned[tp{t.Topic, p}] = true
 		}
 	}
-	var out map[string][]int32
-	for _, ps := range c.d.owned() {
-		if !assigned[ps.tp] {
-			out = addPartition(out, ps.tp)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(held, func(ps *partState) bool { return assigned[ps.tp] }), nil
 }
 
 // dropUnowned gives partitions that franz-go revoked without telling this member (see above) the
-// Transactional revoke: they are detached, their handlers' contexts cancelled, and a Rebalanced
-// "revoked" event reports them. It runs between two transactions, so no window holds their
-// records.
-func (c *consumer) dropUnowned(tps map[string][]int32) {
-	pss := c.d.detach(tps)
+// Transactional revoke: those still held are detached, their handlers' contexts cancelled, and a
+// Rebalanced "revoked" event reports them. It runs between two transactions, so no window holds
+// their records.
+func (c *consumer) dropUnowned(pss []*partState) {
+	pss = c.d.detachStates(pss)
 	if len(pss) == 0 {
 		return
 	}

@@ -37,7 +37,7 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 		return // cooperative groups call it with nothing at the end of every session
 	}
 	if c.txnMode {
-		c.ownDue.Store(true) // later revokes in this transaction may not reach us (ownership.go)
+		c.revokes.Add(1) // later revokes in this transaction may not reach us (ownership.go)
 	}
 	pss := c.d.detach(revoked)
 	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "revoked", Partitions: revoked})
@@ -117,7 +117,7 @@ func (c *consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 	}
 	c.markMu.Unlock()
 	if c.txnMode {
-		c.ownDue.Store(true) // later losses and revokes in this transaction may not reach us (ownership.go)
+		c.revokes.Add(1) // later losses and revokes in this transaction may not reach us (ownership.go)
 		c.abortCurrentWindow(errRevokedWindow)
 	}
 	c.obs.Rebalanced(RebalancedEvent{Group: c.group, Kind: "lost", Partitions: lost})

@@ -233,6 +233,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		}
 		tw.w.Close() // late produces are refused from here on
 		ectx, cancel := context.WithTimeout(base, c.cfg.windowTimeout)
+		revokes := c.revokes.Load() // checkOwnership: what reached us before this End
 		committed, err := c.sess.End(ectx, try)
 		cancel()
 		tw.w.Release() // its handlers' ctx: done with, and no longer held by c.workCtx
@@ -260,7 +261,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		default:
 			c.log.Info("tidemark: transaction aborted by a rebalance; the window is read again")
 		}
-		c.checkOwnership(ctx)
+		c.checkOwnership(ctx, revokes)
 		if ctx.Err() != nil {
 			return
 		}
