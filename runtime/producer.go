@@ -161,20 +161,22 @@ func acquireSlot(ctx context.Context, slots chan struct{}, d time.Duration) erro
 	case <-timeout:
 		return ErrQueueFull
 	case <-ctx.Done():
-		return withCause(ctx, ctx.Err())
+		return ctxError(ctx)
 	}
 }
 
-// withCause returns err, and beside it ctx's cause if ctx's end made the call fail (err is
-// ctx.Err()) and it has one (context.WithCancelCause, WithTimeoutCause): errors.Is finds both.
+// withCause returns err, a produce's failure, with ctx's cause beside it if ctx's end made it fail
+// and ctx has one (context.WithCancelCause, WithTimeoutCause): errors.Is finds both (ctxError).
 // franz-go fails a produce whose ctx ended with ctx.Err() alone (helper-98: a Publish with a
 // cancelled cause said only "context canceled").
 func withCause(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+	switch {
+	case err == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()):
 		return err
-	}
-	if cause := context.Cause(ctx); !errors.Is(err, cause) {
-		return fmt.Errorf("%w: %w", err, cause)
+	case err == ctx.Err():
+		return ctxError(ctx)
+	case !errors.Is(err, context.Cause(ctx)):
+		return fmt.Errorf("%w: %w", err, context.Cause(ctx))
 	}
 	return err
 }
