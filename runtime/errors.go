@@ -43,6 +43,14 @@ var (
 	// ErrTrackerFull is a fatal internal error: a partition held more records than its tracker
 	// ring covers (MaxInFlightPerPartition + MaxPollRecords + 1). It means pausing failed.
 	ErrTrackerFull = errors.New("tidemark: partition tracker full")
+
+	// ErrInstanceFenced fails the App (wrapped with the subscription, the static member's instance
+	// id and franz-go's kerr.FencedInstanceID) when another live member joined its consumer group
+	// with the same instance id (InstanceID, KIP-345): the broker gave that member this one's
+	// partitions. The App stops instead of joining again, which would fence the other member in
+	// turn. Two live instances with one InstanceID are a deployment error (docs/operations.md,
+	// static membership).
+	ErrInstanceFenced = errors.New("tidemark: static member fenced by another member with its instance id")
 )
 
 // A ConfigError is an invalid or conflicting option, returned (joined with the others) by Start
