@@ -119,6 +119,9 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // before a Start that fails validation is closed (bounded by FlushTimeout); what it did not flush
 // joins the configuration errors (ErrUnflushed). A Shutdown called while Start runs ends it: Start
 // returns ErrClosed (or the fatal error that ended it) and that Shutdown stops what Start began.
+// Stopping a client whose join the group's coordinator still holds (while another member is slow
+// to join the rebalance) waits for that join's answer, so a Start that fails then can return up
+// to the group's rebalance timeout (kgo.RebalanceTimeout, 60 s by default) after ctx ends.
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
 	if a.state != StateNew {
@@ -332,9 +335,10 @@ func (c *consumer) waitReady(ctx context.Context) error {
 
 // checkTopics fails Start when a subscribed, RetryTo, DeadLetter or Reply topic does not exist
 // (DESIGN §3.3), a Partitions subscription names a partition its topic does not have, or a Pattern
-// subscription would consume its own DeadLetter or Reply topic, naming the option and the topic,
-// instead of waiting for an assignment or records that never come, retrying a produce forever, or
-// dead-lettering its dead letters (replying to its replies) forever.
+// subscription would consume its own DeadLetter or Reply topic or a topic another subscription of
+// its group reads (patternOverlaps), naming the option and the topic, instead of waiting for an
+// assignment or records that never come, retrying a produce forever, dead-lettering its dead
+// letters (replying to its replies) forever, or splitting a topic between two handlers.
 func (a *App) checkTopics(ctx context.Context) error {
 	type use struct{ option, topic string }
 	var (
@@ -351,6 +355,11 @@ func (a *App) checkTopics(ctx context.Context) error {
 				"every reply would be handled and replied to again (exclude it with the pattern or kgo.ConsumeExcludeTopics)", rt))
 		}
 	}
+	overlaps, err := a.patternOverlaps(ctx)
+	if err != nil {
+		return fmt.Errorf("tidemark: start: look up the topics the patterns match: %w", err)
+	}
+	errs = append(errs, overlaps...)
 	for _, c := range a.consumers {
 		if c.sub.kind != subPattern {
 			for _, t := range c.sub.topics {

@@ -162,8 +162,9 @@ func (c *consumer) commitManual(ctx context.Context) error {
 // partition the cluster acknowledged with a Committed event, those of a commit that failed for
 // others included. It returns the partitions' errors joined, or the request's, except for the
 // partitions of a topic that no longer exists (UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_TOPIC_ID,
-// and a broker asked directly does not know the topic either: it was deleted, as a topic a
-// Pattern subscription reads may be), which are logged at Warn: there is no offset left to keep.
+// and a broker asked directly does not know the topic either, or knows it by another topic ID: it
+// was deleted, and maybe created again, as a topic a Pattern subscription reads may be), which are
+// logged at Warn: there is no offset left to keep.
 // A coordinator that only lags behind a topic's creation answers the same codes for a topic that
 // exists: that is a failure.
 func (c *consumer) commitMarked(ctx context.Context) error {
@@ -210,8 +211,12 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%s[%d]: %w", topic, partition, err))
 		}
 	})
+	ids := map[string][16]byte{} // the topic IDs the request named (v10+), to tell a topic created again
+	for _, t := range r.req.Topics {
+		ids[t.Topic] = t.TopicID
+	}
 	for topic, terrs := range unknown {
-		if c.topicGone(ctx, topic) {
+		if c.topicGone(ctx, topic, ids[topic]) {
 			c.log.Warn("tidemark: offsets not committed: the topic no longer exists", "topic", topic, "err", errors.Join(terrs...))
 			continue
 		}
@@ -220,11 +225,18 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// topicGone reports whether the cluster says topic does not exist, asking a broker directly (the
-// client's own metadata requests may be answered from its cache); false if it cannot tell.
-func (c *consumer) topicGone(ctx context.Context, topic string) bool {
+// topicGone reports whether the cluster says topic, with the topic ID id (zero: not known), does
+// not exist, asking a broker directly (the client's own metadata requests may be answered from its
+// cache): it is unknown, or it has another ID (it was deleted and created again: franz-go keeps
+// the old ID, and fails the topic with UNKNOWN_TOPIC_ID); false if it cannot tell.
+func (c *consumer) topicGone(ctx context.Context, topic string, id [16]byte) bool {
 	resp, err := probe.Metadata(ctx, c.cl, topic)
-	return err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == kerr.UnknownTopicOrPartition.Code
+	if err != nil || len(resp.Topics) != 1 {
+		return false
+	}
+	t := resp.Topics[0]
+	return t.ErrorCode == kerr.UnknownTopicOrPartition.Code ||
+		t.ErrorCode == 0 && id != [16]byte{} && t.TopicID != [16]byte{} && t.TopicID != id
 }
 
 // commitContext returns the ctx of a commit made outside franz-go's autocommit (a revoke's or

@@ -623,6 +623,64 @@ func TestStartRejectsAPatternThatReadsItsReplyTopic(t *testing.T) {
 	require.NoError(t, app.Shutdown(ctx))
 }
 
+// A Pattern that matches a topic another subscription of its group reads would have the group split
+// that topic's partitions between the two handlers (each subscription is a member with a client of
+// its own): Start rejects it, naming both, and handles nothing (helper-101). Another group, or
+// kgo.ConsumeExcludeTopics, leaves the two apart.
+func TestStartRejectsAPatternThatSharesATopicWithItsGroup(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("ov.a", 1), kfaketest.Topic("ov.b", 1), kfaketest.Topic("ov.c", 1),
+		kfaketest.Topic("other", 1))
+	c.ProduceValues(t, "ov.a", 0, "a0")
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	var handled atomic.Int64
+	count := runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error {
+		handled.Add(1)
+		return nil
+	})
+	startErr := func(add func(app *runtime.App)) error {
+		t.Helper()
+		app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+		add(app)
+		err := app.Start(ctx)
+		require.NoError(t, app.Shutdown(ctx))
+		return err
+	}
+
+	// A Topic, and a RetryTo topic, the pattern matches.
+	err := startErr(func(app *runtime.App) {
+		runtime.Handle(app, runtime.Pattern(`^ov\.`).Commit(runtime.Tracked), count, runtime.RetryToSource())
+		runtime.Handle(app, runtime.Topic("ov.a").Commit(runtime.Tracked), count)
+		runtime.Handle(app, runtime.Topic("other").Commit(runtime.Tracked), count, runtime.RetryTo("ov.c"))
+	})
+	require.EqualError(t, err, `tidemark: Pattern("^ov\\."): the pattern matches the topic "ov.a", which Topic("ov.a") reads in group "g" too: `+
+		`the group would split its partitions between the two handlers (exclude it with the pattern or kgo.ConsumeExcludeTopics, or use another group)`+"\n"+
+		`tidemark: Pattern("^ov\\."): the pattern matches the topic "ov.c", which Topic("other") reads in group "g" too: `+
+		`the group would split its partitions between the two handlers (exclude it with the pattern or kgo.ConsumeExcludeTopics, or use another group)`)
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, `Pattern("^ov\\.")`, ce.Option)
+
+	// Two patterns that both match topics the cluster has.
+	err = startErr(func(app *runtime.App) {
+		runtime.Handle(app, runtime.Pattern(`^ov\.[ab]$`).Commit(runtime.Tracked), count, runtime.RetryToSource())
+		runtime.Handle(app, runtime.Pattern(`^ov\.`).Commit(runtime.Tracked), count, runtime.RetryToSource())
+	})
+	require.EqualError(t, err, `tidemark: Pattern("^ov\\."): the pattern matches "ov.a", "ov.b", which Pattern("^ov\\.[ab]$") matches in group "g" too: `+
+		`the group would split their partitions between the two handlers (make the patterns disjoint, or use another group)`)
+	require.ErrorAs(t, err, &ce)
+	require.Zero(t, handled.Load(), "a refused Start handles nothing")
+	require.Empty(t, c.Committed(t, "g", "ov.a"), "a refused Start commits nothing")
+
+	// Apart: another group, an exclusion, disjoint patterns.
+	require.NoError(t, startErr(func(app *runtime.App) {
+		runtime.Handle(app, runtime.Pattern(`^ov\.`).Commit(runtime.Tracked).Config(kgo.ConsumeExcludeTopics(`^ov\.a$`)), count, runtime.RetryToSource())
+		runtime.Handle(app, runtime.Topic("ov.a").Group("h").Commit(runtime.Tracked), count)
+		runtime.Handle(app, runtime.Pattern(`^ov\.a$`).Commit(runtime.Tracked), count, runtime.RetryToSource())
+		runtime.Handle(app, runtime.Pattern(`^oth`).Commit(runtime.Tracked), count, runtime.RetryToSource())
+	}))
+}
+
 // Start waits, within its bound, for a cluster that cannot be reached yet (a service and its
 // cluster started together): it looks the topics up again, logging each failure at Warn, and
 // returns once the group has joined. With no cluster at all it returns at its bound, with ctx's

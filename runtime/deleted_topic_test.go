@@ -63,3 +63,37 @@ func TestADeletedPatternTopicDoesNotFailTheShutdown(t *testing.T) {
 		})
 	}
 }
+
+// A topic a Pattern subscription reads is deleted and created again under its name. franz-go keeps
+// the old topic ID (it fails the topic with UNKNOWN_TOPIC_ID until the client restarts: its
+// metadata.go), so Shutdown's final commit of the old topic's marks fails so too: the topic the
+// broker knows by that name has another ID, the old one is gone, and the shutdown is clean. Before,
+// Shutdown returned the error (helper-101).
+func TestAPatternTopicCreatedAgainDoesNotFailTheShutdown(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("ev-a", 1), kfaketest.Topic("ev-b", 1))
+	c.ProduceValues(t, "ev-a", 0, values("a", 5)...)
+	c.ProduceValues(t, "ev-b", 0, values("b", 5)...)
+	var handled atomic.Int64
+	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Pattern("^ev-").Commit(runtime.Tracked).Config(kgo.MetadataMaxAge(100*time.Millisecond)),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { handled.Add(1); return nil }),
+		runtime.RetryToSource())
+	startNoCleanup(t, app)
+	eventually(t, func() bool { return handled.Load() == 10 }, "10 records not handled")
+
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).DeleteTopics(context.Background(), "ev-b")
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	c.CreateTopic(t, "ev-b", 1)
+	c.ProduceValues(t, "ev-a", 0, values("late", 3)...)
+	eventually(t, func() bool { return handled.Load() == 13 }, "the 3 late records not handled")
+
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	require.NoError(t, app.Shutdown(ctx), "the old topic's offsets have nowhere to go")
+	require.Equal(t, map[int32]int64{0: 8}, c.Committed(t, "g", "ev-a"))
+	require.Empty(t, c.Committed(t, "g", "ev-b"), "the topic created again has no committed offset")
+}

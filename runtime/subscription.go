@@ -113,9 +113,21 @@ func Topics(names ...string) Subscription {
 // Pattern subscribes to every topic whose name matches regex (Go RE2 syntax, anchored: it must start
 // with "^"). Topics created later join when the client next refreshes metadata, every
 // kgo.MetadataMaxAge (franz-go's default 5m; set it with Config). Start returns once metadata has
-// loaded, even if nothing matches yet. A matched topic deleted while it is read has no offsets
-// left to commit: a revoke's or Shutdown's commit logs its partitions at Warn and does not fail
-// for them (once a broker confirms the topic is gone). As for Topics, its registration must name RetryTo(topic) or RetryToSource().
+// loaded, even if nothing matches yet. As for Topics, its registration must name RetryTo(topic) or
+// RetryToSource().
+//
+// A pattern that matches a topic another subscription of its group reads by name (Topic, Topics,
+// RetryTo), or that another pattern of its group matches among the topics the cluster has at
+// Start, fails Start with a *ConfigError: the group would split that topic's partitions between
+// the two handlers. A topic created later that two patterns of one group match is split so: keep
+// the patterns of a group disjoint.
+//
+// A matched topic deleted while it is read has no offsets left to commit: a revoke's or
+// Shutdown's commit logs its partitions at Warn and does not fail for them (once a broker confirms
+// the topic is gone, or knows the name by another topic ID). A matched topic deleted and created
+// again under its name is not read again by the running App: franz-go keeps the old topic ID and
+// fails the topic with UNKNOWN_TOPIC_ID until its client is made again (its metadata.go: "users
+// must purge and re-add"), so restart the App.
 func Pattern(regex string) Subscription { return Subscription{kind: subPattern, pattern: regex} }
 
 // Partitions reads the given partitions of topic directly, without group membership (franz-go
