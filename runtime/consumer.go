@@ -312,7 +312,7 @@ func (c *consumer) poll(ctx context.Context) {
 			c.cl.AllowRebalance()
 			return
 		}
-		c.logFetchErrors(fs)
+		c.fetchErrors(fs)
 		events, moved, err := c.d.push(fs, n)
 		c.cl.AllowRebalance()
 		for _, ev := range events {
@@ -335,6 +335,26 @@ func (c *consumer) poll(ctx context.Context) {
 // (a bug in pausing, DESIGN §3.6).
 func (c *consumer) failTrackerFull(err error) {
 	c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
+}
+
+// fetchErrors logs a poll's fetch errors, except its own cancellation. A static member fenced
+// by another member with its instance id (franz-go reports the group session's FENCED_INSTANCE_ID
+// as a fetch error) fails the App with ErrInstanceFenced, and the client leaves the group at once,
+// so that franz-go's group loop does not join again and fence that member in turn.
+func (c *consumer) fetchErrors(fs kgo.Fetches) {
+	fs.EachError(func(topic string, partition int32, err error) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		if errors.Is(err, kerr.FencedInstanceID) {
+			id, _ := c.cl.OptValue(kgo.InstanceID).(string)
+			c.app.fail(fmt.Errorf("%w: %s: instance id %q, group %q: %w", ErrInstanceFenced, c.sub, id, c.group, err))
+			//lint:ignore SA1012 franz-go documents a nil ctx: stop the group loop now, without waiting for it
+			_ = c.cl.LeaveGroupContext(nil)
+			return
+		}
+		c.log.Warn("tidemark: fetch error", "topic", topic, "partition", partition, "err", err)
+	})
 }
 
 // setPaused pauses or resumes fetching one partition in franz-go. It only takes franz-go's pause

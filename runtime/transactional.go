@@ -212,7 +212,7 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 				tw.w.Abort(kgo.ErrClientClosed)
 				break
 			}
-			c.logFetchErrors(fs)
+			c.fetchErrors(fs)
 			events, _, err := c.d.push(fs, n)
 			c.sess.AllowRebalance()
 			for _, ev := range events {
@@ -322,26 +322,6 @@ func (c *consumer) sessionFailed(ctx context.Context, err error, failures *sessi
 	c.sess, c.cl = sess, sess.Client()
 	c.d.mu.Unlock()
 	return true
-}
-
-// logFetchErrors logs a poll's fetch errors, except its own cancellation. A static member fenced
-// by another member with its instance id (franz-go reports the group session's FENCED_INSTANCE_ID
-// as a fetch error) fails the App with ErrInstanceFenced, and the client leaves the group at once,
-// so that franz-go's group loop does not join again and fence that member in turn.
-func (c *consumer) logFetchErrors(fs kgo.Fetches) {
-	fs.EachError(func(topic string, partition int32, err error) {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return
-		}
-		if errors.Is(err, kerr.FencedInstanceID) {
-			id, _ := c.cl.OptValue(kgo.InstanceID).(string)
-			c.app.fail(fmt.Errorf("%w: %s: instance id %q, group %q: %w", ErrInstanceFenced, c.sub, id, c.group, err))
-			//lint:ignore SA1012 franz-go documents a nil ctx: stop the group loop now, without waiting for it
-			_ = c.cl.LeaveGroupContext(nil)
-			return
-		}
-		c.log.Warn("tidemark: fetch error", "topic", topic, "partition", partition, "err", err)
-	})
 }
 
 // sleepCtx waits d or until ctx ends; false if ctx ended.
