@@ -284,6 +284,36 @@ func TestStartReportsNilOptions(t *testing.T) {
 	require.NoError(t, app.Shutdown(ctx))
 }
 
+// franz-go options a consumer's client refuses fail Start with the other problems, each a
+// *ConfigError naming where the option was given, once (helper-102: kgo.ConsumeExcludeTopics in
+// ClientOpts with a Topic subscription failed Start alone, after every other problem was fixed,
+// with franz-go's bare error); so does a broker address franz-go cannot parse. franz-go names one
+// problem of a client: Topic("u")'s own (Config), of the two it has; and each once: Pattern("^v")
+// has the same as Topic("u").
+func TestStartReportsClientOptionsFranzGoRefuses(t *testing.T) {
+	app := runtime.New(runtime.Brokers("[::1"), runtime.DefaultGroup("g"),
+		runtime.ClientOpts(kgo.ConsumeExcludeTopics("^x$")))
+	runtime.Handle(app, runtime.Pattern("^p"), ack, runtime.RetryToSource()) // excludes with its regex: fine
+	runtime.Handle(app, runtime.Topic("t"), ack, runtime.Workers(0))
+	runtime.Handle(app, runtime.Topic("u").Config(kgo.SessionTimeout(time.Millisecond)), ack)
+	runtime.Handle(app, runtime.Pattern("^v").Config(kgo.SessionTimeout(time.Millisecond)), ack, runtime.RetryToSource())
+	runtime.Handle(app, runtime.Topic("w").Config(kgo.FetchMaxWait(time.Millisecond)), ack)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	err := app.Start(ctx)
+	require.EqualError(t, err, "tidemark: Brokers: invalid addr: [::1\n"+
+		`tidemark: Topic("t"): Workers: need 1 to 65536 lanes, got 0`+"\n"+
+		`tidemark: ClientOpts: Topic("t"): invalid use of ConsumeExcludeTopics when not using ConsumeRegex`+"\n"+
+		`tidemark: Topic("u").Config: session timeout 1ms is less than allowed 100ms`+"\n"+
+		`tidemark: Topic("w").Config: max fetch wait 1ms is less than allowed 10ms`)
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Brokers", ce.Option)
+	state, _ := app.State()
+	require.Equal(t, runtime.StateFailed, state)
+	require.NoError(t, app.Shutdown(ctx))
+}
+
 // Two registrations on one topic, in two groups: each problem names the registration with its
 // group, so that the two can be told apart.
 func TestStartNamesTheGroupOfASharedSubscription(t *testing.T) {
@@ -654,9 +684,9 @@ func TestStartRejectsAPatternThatSharesATopicWithItsGroup(t *testing.T) {
 		runtime.Handle(app, runtime.Topic("other").Commit(runtime.Tracked), count, runtime.RetryTo("ov.c"))
 	})
 	require.EqualError(t, err, `tidemark: Pattern("^ov\\."): the pattern matches the topic "ov.a", which Topic("ov.a") reads in group "g" too: `+
-		`the group would split its partitions between the two handlers (exclude it with the pattern or kgo.ConsumeExcludeTopics, or use another group)`+"\n"+
+		`the group would split its partitions between the two handlers (exclude it with the pattern or with kgo.ConsumeExcludeTopics in this subscription's Config, or use another group)`+"\n"+
 		`tidemark: Pattern("^ov\\."): the pattern matches the topic "ov.c", which Topic("other") reads in group "g" too: `+
-		`the group would split its partitions between the two handlers (exclude it with the pattern or kgo.ConsumeExcludeTopics, or use another group)`)
+		`the group would split its partitions between the two handlers (exclude it with the pattern or with kgo.ConsumeExcludeTopics in this subscription's Config, or use another group)`)
 	var ce *runtime.ConfigError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, `Pattern("^ov\\.")`, ce.Option)

@@ -72,7 +72,9 @@ func DefaultGroup(group string) Option {
 // ConsumeTopics) are applied after these and win; the isolation level (read_committed by default)
 // is applied before them, so it can be overridden, except by a Transactional subscription, which
 // always reads read_committed (DESIGN §3.10). A nil option fails Start with a *ConfigError naming
-// ClientOpts and its position in this call, from 1.
+// ClientOpts and its position in this call, from 1; so does an option franz-go refuses on some
+// subscription's client (kgo.ConsumeExcludeTopics where a subscription has no Pattern: give it to
+// that Pattern's Subscription.Config), naming the subscription.
 func ClientOpts(opts ...kgo.Opt) Option {
 	return appOption(func(c *appConfig) { c.clientOpts = c.appendOpts(c.clientOpts, "ClientOpts", opts) })
 }

@@ -46,7 +46,7 @@ func (a *App) patternOverlaps(ctx context.Context) ([]error, error) {
 					if p.consumesByPattern(t) {
 						errs = append(errs, configErr(p.sub.String(), "the pattern matches the topic %q, which %s reads in group %q too: "+
 							"the group would split its partitions between the two handlers (exclude it with the pattern or "+
-							"kgo.ConsumeExcludeTopics, or use another group)", t, o.sub.String(), g))
+							"with kgo.ConsumeExcludeTopics in this subscription's Config, or use another group)", t, o.sub.String(), g))
 					}
 				}
 				if o.sub.kind != subPattern || j > i {

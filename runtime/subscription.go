@@ -125,9 +125,10 @@ func Topics(names ...string) Subscription {
 // A matched topic deleted while it is read has no offsets left to commit: a revoke's or
 // Shutdown's commit logs its partitions at Warn and does not fail for them (once a broker confirms
 // the topic is gone, or knows the name by another topic ID). A matched topic deleted and created
-// again under its name is not read again by the running App: franz-go keeps the old topic ID and
-// fails the topic with UNKNOWN_TOPIC_ID until its client is made again (its metadata.go: "users
-// must purge and re-add"), so restart the App.
+// again under its name is not read again by an Auto or Tracked subscription: franz-go keeps the
+// old topic ID and fails the topic with UNKNOWN_TOPIC_ID until its client is made again (its
+// metadata.go: "users must purge and re-add"), so restart the App. A Transactional subscription
+// makes its client again when a failed window rebuilds its session, and may read it then.
 func Pattern(regex string) Subscription { return Subscription{kind: subPattern, pattern: regex} }
 
 // Partitions reads the given partitions of topic directly, without group membership (franz-go
@@ -153,7 +154,8 @@ func (s Subscription) Start(o StartOffset) Subscription { s.start = o; return s 
 
 // Config adds franz-go options for this subscription's client only, after the App's ClientOpts and
 // before the options the commit mode owns. A nil option fails Start with a *ConfigError naming
-// Config and its position among the options given to Config, from 1.
+// Config and its position among the options given to Config, from 1; so do options franz-go
+// refuses (kgo.ValidateOpts: a session timeout under 100 ms, say), with franz-go's reason.
 func (s Subscription) Config(opts ...kgo.Opt) Subscription {
 	s.opts, s.nilOpts = slices.Clone(s.opts), slices.Clone(s.nilOpts)
 	for _, o := range opts {

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Upper bounds of sizes, so that a typo (a few zeros too many) fails Start instead of allocating
@@ -28,6 +30,8 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	}
 	if slices.Contains(cfg.brokers, "") {
 		add("Brokers", "empty broker address")
+	} else if err := kgo.ValidateOpts(kgo.SeedBrokers(cfg.brokers...)); len(cfg.brokers) > 0 && err != nil {
+		add("Brokers", "%w", err)
 	}
 	if cfg.observer == nil {
 		add("Observe", "nil observer: leave the option out for none")
@@ -60,10 +64,14 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	manualGroups := map[string]string{}  // group → a manual subscription using it
 	txnIDs := map[string]string{}        // transactional id → the subscription using it
 	shared := map[string]int{}           // registrations per subscription name: a shared one is named with its group
+	refusals := map[string]bool{}        // franz-go's refusals of options reported: each once
+	for _, e := range unjoin(prodErr) {
+		refusals[e.Error()] = true
+	}
 	for _, r := range regs {
 		shared[r.sub.String()]++
 	}
-	for _, r := range regs {
+	for i, r := range regs {
 		s := r.sub
 		name := s.String()
 		if shared[name] > 1 && s.group != "" {
@@ -151,6 +159,16 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 		if s.start > Latest {
 			add(name+".Start", "unknown start offset %d", s.start)
 		}
+		if !clientCheckable(s, group) {
+			// reported on its own
+		} else if option, err := consumerOptsErr(cfg, i, r); err != nil && !refusals[err.Error()] {
+			refusals[err.Error()] = true
+			if option == "ClientOpts" {
+				add(option, "%s: %w", name, err)
+			} else {
+				add(name+"."+option, "%w", err)
+			}
+		}
 		if dl := r.cfg.deadLetter; dl != "" {
 			if slices.Contains(s.topics, dl) { // a Pattern's own: checkTopics, which knows its exclusions
 				add(name+": DeadLetter", "the dead-letter topic %q is a topic of the subscription: a dead letter would be read again", dl)
@@ -231,6 +249,48 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// consumerOptsErr returns franz-go's refusal (kgo.ValidateOpts, no I/O) of the options the
+// consumer of r, the i-th registration, makes its client with, and the option at fault: ClientOpts
+// when the client is refused as much without r's subscription's own options, else Config. franz-go
+// reports one problem: the next shows once this one is fixed. A franz-go option in
+// the wrong place (kgo.ConsumeExcludeTopics on a subscription without a Pattern, a session timeout
+// under 100 ms) fails Start with the other problems, not later at the client's creation.
+func consumerOptsErr(cfg appConfig, i int, r registration) (option string, err error) {
+	refused := func(s Subscription) error {
+		if s.mode.txnID == "" {
+			s.mode.txnID = "probe" // an empty one is the Commit check's
+		}
+		c := &consumer{app: &App{cfg: cfg}, idx: i, sub: s, cfg: r.cfg, group: s.group,
+			txnMode: s.mode.kind == modeTxn, manual: s.kind == subPartitions,
+			txnPart: kgo.StickyKeyPartitioner(nil)} // the partitioner is not probed: no client comes and goes
+		if s.kind != subPartitions && c.group == "" {
+			c.group = cfg.defaultGroup
+		}
+		// The seeds last: Brokers is checked on its own.
+		return kgo.ValidateOpts(append(c.clientOpts(), kgo.SeedBrokers("127.0.0.1"))...)
+	}
+	if err = refused(r.sub); err == nil {
+		return "", nil
+	}
+	own := r.sub
+	own.opts = nil
+	if e := refused(own); e != nil && e.Error() == err.Error() {
+		return "ClientOpts", err
+	}
+	return "Config", err
+}
+
+// clientCheckable reports whether the options of s's client can be checked: a problem of s's own
+// that would make franz-go refuse them too (no group, an empty topic name, a pattern that does not
+// compile) is reported on its own.
+func clientCheckable(s Subscription, group string) bool {
+	if s.kind != subPartitions && group == "" || slices.Contains(s.topics, "") {
+		return false
+	}
+	_, err := regexp.Compile(s.pattern)
+	return err == nil
 }
 
 // unjoin returns the errors errors.Join joined in err, at any depth; err itself if it joins none;
