@@ -312,6 +312,15 @@ func TestStartReportsClientOptionsFranzGoRefuses(t *testing.T) {
 	state, _ := app.State()
 	require.Equal(t, runtime.StateFailed, state)
 	require.NoError(t, app.Shutdown(ctx))
+
+	// A Transactional subscription's client takes ProducerOpts too, with its transactional id.
+	app = runtime.New(runtime.Brokers("127.0.0.1:1"), runtime.DefaultGroup("g"),
+		runtime.ProducerOpts(kgo.DisableIdempotentWrite()))
+	runtime.Handle(app, runtime.Topic("t").Commit(runtime.Transactional("id")), ack)
+	require.EqualError(t, app.Start(ctx), "tidemark: ProducerOpts: kgo.DisableIdempotentWrite: Tidemark settles records on "+
+		"acknowledged writes, which need idempotent writes with acks=all\n"+
+		`tidemark: ProducerOpts: Topic("t"): cannot both disable idempotent writes and use transactional IDs`)
+	require.NoError(t, app.Shutdown(ctx))
 }
 
 // Two registrations on one topic, in two groups: each problem names the registration with its

@@ -163,10 +163,10 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 			// reported on its own
 		} else if option, err := consumerOptsErr(cfg, i, r); err != nil && !refusals[err.Error()] {
 			refusals[err.Error()] = true
-			if option == "ClientOpts" {
-				add(option, "%s: %w", name, err)
-			} else {
+			if option == "Config" {
 				add(name+"."+option, "%w", err)
+			} else {
+				add(option, "%s: %w", name, err)
 			}
 		}
 		if dl := r.cfg.deadLetter; dl != "" {
@@ -252,13 +252,14 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 }
 
 // consumerOptsErr returns franz-go's refusal (kgo.ValidateOpts, no I/O) of the options the
-// consumer of r, the i-th registration, makes its client with, and the option at fault: ClientOpts
-// when the client is refused as much without r's subscription's own options, else Config. franz-go
-// reports one problem: the next shows once this one is fixed. A franz-go option in
-// the wrong place (kgo.ConsumeExcludeTopics on a subscription without a Pattern, a session timeout
-// under 100 ms) fails Start with the other problems, not later at the client's creation.
+// consumer of r, the i-th registration, makes its client with, and the option at fault: Config if
+// the client is refused otherwise without r's subscription's own options, else ProducerOpts (which
+// a Transactional subscription's client takes too) if it is without those, else ClientOpts. A
+// franz-go option in the wrong place (kgo.ConsumeExcludeTopics on a subscription without a
+// Pattern, a session timeout under 100 ms) fails Start with the other problems, not later at the
+// client's creation. franz-go names one problem of a client: the next shows once it is fixed.
 func consumerOptsErr(cfg appConfig, i int, r registration) (option string, err error) {
-	refused := func(s Subscription) error {
+	refused := func(cfg appConfig, s Subscription) error {
 		if s.mode.txnID == "" {
 			s.mode.txnID = "probe" // an empty one is the Commit check's
 		}
@@ -271,15 +272,21 @@ func consumerOptsErr(cfg appConfig, i int, r registration) (option string, err e
 		// The seeds last: Brokers is checked on its own.
 		return kgo.ValidateOpts(append(c.clientOpts(), kgo.SeedBrokers("127.0.0.1"))...)
 	}
-	if err = refused(r.sub); err == nil {
+	if err = refused(cfg, r.sub); err == nil {
 		return "", nil
 	}
+	same := func(e error) bool { return e != nil && e.Error() == err.Error() }
 	own := r.sub
 	own.opts = nil
-	if e := refused(own); e != nil && e.Error() == err.Error() {
-		return "ClientOpts", err
+	if !same(refused(cfg, own)) {
+		return "Config", err
 	}
-	return "Config", err
+	noProducer := cfg
+	noProducer.producerOpts = nil
+	if !same(refused(noProducer, own)) {
+		return "ProducerOpts", err
+	}
+	return "ClientOpts", err
 }
 
 // clientCheckable reports whether the options of s's client can be checked: a problem of s's own
