@@ -12,7 +12,6 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/probe"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // State is an App's lifecycle state, reported by App.State.
@@ -459,8 +458,7 @@ func (c *consumer) consumesByPattern(topic string) bool {
 	if re, err := regexp.Compile(c.sub.pattern); err != nil || !re.MatchString(topic) {
 		return false
 	}
-	excl, _ := c.cl.OptValue(kgo.ConsumeExcludeTopics).([]string)
-	for _, e := range excl {
+	for _, e := range c.excluded {
 		if re, err := regexp.Compile(e); err == nil && re.MatchString(topic) {
 			return false
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/probe"
@@ -278,6 +279,10 @@ func (c *consumer) onAutoCommit(_ *kgo.Client, req *kmsg.OffsetCommitRequest, re
 			refused = append(refused, fmt.Errorf("%s[%d]: %w", topic, partition, err))
 		}
 	})
+	if slices.ContainsFunc(refused, func(e error) bool { return errors.Is(e, kerr.FencedInstanceID) }) { // the member's, not a partition's
+		c.instanceFenced(c.cl, errors.Join(refused...))
+		return
+	}
 	if len(refused) > 0 {
 		c.log.Warn("tidemark: autocommit refused; offsets not committed", "err", errors.Join(refused...))
 	}

@@ -64,13 +64,16 @@ type consumer struct {
 	lastEnd    error // Transactional: the last window's End error, likewise
 	pollDone   chan struct{}
 	stopComm   chan struct{}
-	commDone   chan struct{}   // closed when the committer returns; nil if it never started
-	txnPart    kgo.Partitioner // Transactional: the user's partitioner (txnPartitioner)
-	txnSlots   chan struct{}   // Transactional: the sessions' buffer slots, for QueueTimeout (acquireSlot)
-	revokes    atomic.Uint64   // Transactional: revokes and losses that reached this member (checkOwnership)
-	ownMark    uint64          // Transactional, the poll loop's: revokes just before the previous End
-	ownRetry   bool            // Transactional, the poll loop's: the last check was inconclusive; ask again
-	ownSince   time.Time       // Transactional, the poll loop's: when the current run of inconclusive checks began
+	commDone   chan struct{}          // closed when the committer returns; nil if it never started
+	txnPart    kgo.Partitioner        // Transactional: the user's partitioner (txnPartitioner)
+	kgoLog     *recreationWatch       // the client's kgo.Logger; nil in Start's validation (consumerOptsErr)
+	excluded   []string               // the client's kgo.ConsumeExcludeTopics
+	recreated  atomic.Pointer[string] // Transactional: a topic read was re-created; the session is made again (pollTxn)
+	txnSlots   chan struct{}          // Transactional: the sessions' buffer slots, for QueueTimeout (acquireSlot)
+	revokes    atomic.Uint64          // Transactional: revokes and losses that reached this member (checkOwnership)
+	ownMark    uint64                 // Transactional, the poll loop's: revokes just before the previous End
+	ownRetry   bool                   // Transactional, the poll loop's: the last check was inconclusive; ask again
+	ownSince   time.Time              // Transactional, the poll loop's: when the current run of inconclusive checks began
 	wake       chan struct{}
 	wg         sync.WaitGroup // lanes and the committer
 	closing    atomic.Bool    // set before the client leaves the group at shutdown
@@ -112,6 +115,7 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 	// The group join starts as soon as the client exists, so handler contexts must exist first.
 	c.workCtx, c.cutWork = context.WithCancelCause(base)
 	c.barrier, c.cutBarrier = context.WithCancelCause(context.Background())
+	c.kgoLog = &recreationWatch{user: userLogger(c.clientOpts()), onRecreated: c.topicRecreated}
 	if c.txnMode {
 		sess, err := kgo.NewGroupTransactSession(c.clientOpts()...)
 		if err != nil {
@@ -120,6 +124,7 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 		}
 		c.sess, c.cl = sess, sess.Client()
 		c.txnSlots = bufferSlots(c.cl) // a rebuilt session has the same options
+		c.excluded, _ = c.cl.OptValue(kgo.ConsumeExcludeTopics).([]string)
 		return c, nil
 	}
 	cl, err := kgo.NewClient(c.clientOpts()...)
@@ -128,6 +133,7 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 		return nil, fmt.Errorf("tidemark: %s: client: %w", r.sub, err)
 	}
 	c.cl = cl
+	c.excluded, _ = c.cl.OptValue(kgo.ConsumeExcludeTopics).([]string)
 	if c.manual && c.group != "" {
 		c.adm = kadm.NewClient(cl)
 	}
@@ -180,6 +186,9 @@ func (c *consumer) clientOpts() []kgo.Opt {
 	}
 	if a.cfg.instanceID != "" {
 		opts = append(opts, kgo.InstanceID(a.cfg.instanceID+"-"+strconv.Itoa(c.idx)))
+	}
+	if c.kgoLog != nil {
+		opts = append(opts, kgo.WithLogger(c.kgoLog))
 	}
 	return opts
 }
@@ -347,14 +356,24 @@ func (c *consumer) fetchErrors(fs kgo.Fetches) {
 			return
 		}
 		if errors.Is(err, kerr.FencedInstanceID) {
-			id, _ := c.cl.OptValue(kgo.InstanceID).(string)
-			c.app.fail(fmt.Errorf("%w: %s: instance id %q, group %q: %w", ErrInstanceFenced, c.sub, id, c.group, err))
-			//lint:ignore SA1012 franz-go documents a nil ctx: stop the group loop now, without waiting for it
-			_ = c.cl.LeaveGroupContext(nil)
+			c.instanceFenced(c.cl, err)
 			return
 		}
 		c.log.Warn("tidemark: fetch error", "topic", topic, "partition", partition, "err", err)
 	})
+}
+
+// instanceFenced fails the App with ErrInstanceFenced for err, a FENCED_INSTANCE_ID that cl's
+// group member got (a fetch's, an OffsetCommit's, a TxnOffsetCommit's), and stops cl's group loop
+// at once, so that franz-go does not join again and fence the newer member in turn. A static member
+// sends no LeaveGroup. It returns the error the App fails with (unless it failed already).
+func (c *consumer) instanceFenced(cl *kgo.Client, err error) error {
+	id, _ := cl.OptValue(kgo.InstanceID).(string)
+	ferr := fmt.Errorf("%w: %s: instance id %q, group %q: %w", ErrInstanceFenced, c.sub, id, c.group, err)
+	c.app.fail(ferr)
+	//lint:ignore SA1012 franz-go documents a nil ctx: stop the group loop now, without waiting for it
+	_ = cl.LeaveGroupContext(nil)
+	return ferr
 }
 
 // setPaused pauses or resumes fetching one partition in franz-go. It only takes franz-go's pause

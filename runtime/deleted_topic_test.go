@@ -65,10 +65,10 @@ func TestADeletedPatternTopicDoesNotFailTheShutdown(t *testing.T) {
 }
 
 // A topic a Pattern subscription reads is deleted and created again under its name. franz-go keeps
-// the old topic ID (it fails the topic with UNKNOWN_TOPIC_ID until the client restarts: its
-// metadata.go), so Shutdown's final commit of the old topic's marks fails so too: the topic the
-// broker knows by that name has another ID, the old one is gone, and the shutdown is clean. Before,
-// Shutdown returned the error (helper-101).
+// the old topic ID, so the App fails with ErrTopicRecreated (recreated_test.go), and the final
+// commit of its shutdown fails for the old topic's marks (UNKNOWN_TOPIC_ID): the topic the broker
+// knows by that name has another ID, the old one is gone, and the shutdown is clean, the other
+// topic's offsets committed. Before, the shutdown failed with the commit's error (helper-101).
 func TestAPatternTopicCreatedAgainDoesNotFailTheShutdown(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("ev-a", 1), kfaketest.Topic("ev-b", 1))
 	c.ProduceValues(t, "ev-a", 0, values("a", 5)...)
@@ -81,19 +81,19 @@ func TestAPatternTopicCreatedAgainDoesNotFailTheShutdown(t *testing.T) {
 	startNoCleanup(t, app)
 	eventually(t, func() bool { return handled.Load() == 10 }, "10 records not handled")
 
-	cl, err := kgo.NewClient(c.ClientOpts()...)
-	require.NoError(t, err)
-	defer cl.Close()
-	resp, err := kadm.NewClient(cl).DeleteTopics(context.Background(), "ev-b")
-	require.NoError(t, err)
-	require.NoError(t, resp.Error())
-	c.CreateTopic(t, "ev-b", 1)
-	c.ProduceValues(t, "ev-a", 0, values("late", 3)...)
-	eventually(t, func() bool { return handled.Load() == 13 }, "the 3 late records not handled")
-
+	recreate(t, c, "ev-b")
+	select {
+	case <-app.Done():
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("the App did not stop")
+	}
+	state, reason := app.State()
+	require.Equal(t, runtime.StateFailed, state)
+	require.EqualError(t, reason, `tidemark: a topic was deleted and created again: Pattern("^ev-"): `+
+		`topic "ev-b", group "g": restart the App to read the new topic`, "the reason is the re-creation alone")
 	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 	require.NoError(t, app.Shutdown(ctx), "the old topic's offsets have nowhere to go")
-	require.Equal(t, map[int32]int64{0: 8}, c.Committed(t, "g", "ev-a"))
+	require.Equal(t, map[int32]int64{0: 5}, c.Committed(t, "g", "ev-a"))
 	require.Empty(t, c.Committed(t, "g", "ev-b"), "the topic created again has no committed offset")
 }

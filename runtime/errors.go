@@ -47,10 +47,21 @@ var (
 	// ErrInstanceFenced fails the App (wrapped with the subscription, the static member's instance
 	// id and franz-go's kerr.FencedInstanceID) when another live member joined its consumer group
 	// with the same instance id (InstanceID, KIP-345): the broker gave that member this one's
-	// partitions. The App stops instead of joining again, which would fence the other member in
-	// turn. Two live instances with one InstanceID are a deployment error (docs/operations.md,
+	// partitions; whichever request learns of it first (a fetch, an autocommit, a Transactional
+	// window's offset commit; Shutdown's final commit, which then returns it). The App stops
+	// instead of joining again, which would fence the other member in turn. Two live instances with one InstanceID are a deployment error (docs/operations.md,
 	// static membership).
 	ErrInstanceFenced = errors.New("tidemark: static member fenced by another member with its instance id")
+
+	// ErrTopicRecreated fails the App (wrapped with the subscription, the topic and the group; or
+	// with "the App's producer" and the topic) when a topic an Auto, Tracked or manual-partition
+	// subscription reads, or one the App's producer wrote to, was deleted and created again under
+	// its name while the App ran: franz-go keeps the old topic's ID, and its client never reads nor
+	// writes the new topic (its README, "Topic recreation"). Restart the App: it reads the new
+	// topic from the group's committed offsets (Kafka deletes the old topic's with it), so from the
+	// subscription's start offset. A Transactional subscription makes its session again instead
+	// (docs/operations.md, deleted and re-created topics).
+	ErrTopicRecreated = errors.New("tidemark: a topic was deleted and created again")
 )
 
 // A ConfigError is an invalid or conflicting option, returned (joined with the others) by Start

@@ -202,7 +202,9 @@ func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
-		cl, err := kgo.NewClient(p.opts(base)...)
+		opts := p.opts(base)
+		watch := &recreationWatch{user: userLogger(opts), onRecreated: p.topicRecreated}
+		cl, err := kgo.NewClient(append(opts, kgo.WithLogger(watch))...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}

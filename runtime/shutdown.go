@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 var errShutdownBound = errors.New("tidemark: shutdown bound passed")
@@ -130,12 +131,16 @@ func (a *App) stopAll(ctx context.Context) error {
 		cctx, cancel := commitContext(context.WithoutCancel(ctx))
 		c.finalMarks(c.d.owned())
 		err := c.commitMarked(cctx)
-		if err != nil {
+		fenced := errors.Is(err, kerr.FencedInstanceID)
+		switch {
+		case fenced: // since the last heartbeat: what the App fails for
+			errs = append(errs, c.instanceFenced(c.cl, err))
+		case err != nil:
 			errs = append(errs, fmt.Errorf("tidemark: %s: final commit: %w", c.sub, err))
 		}
 		// Leaving the group commits once more only after a commit that failed before its bound
-		// (a refusal): one that passed its bound would pay it twice (onRevoked).
-		c.committedFinal = err == nil || cctx.Err() != nil
+		// (a refusal), not fenced: one that passed its bound would pay it twice (onRevoked).
+		c.committedFinal = err == nil || cctx.Err() != nil || fenced
 		cancel()
 	}
 	// 5. leave the group, then wait for every goroutine

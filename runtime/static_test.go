@@ -3,11 +3,15 @@ package runtime_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Two live Apps with one InstanceID: the broker fences the older static member when the newer
@@ -56,6 +60,75 @@ func TestAStaticMemberFencedByItsInstanceIDFails(t *testing.T) {
 			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2, 1: 2})
 			require.Equal(t, []string{"x", "x"}, a.values(), "the fenced App handled nothing after the newer joined")
 			require.Equal(t, []string{"y", "y"}, slices.Sorted(slices.Values(b.values())), "the newer App read on from the committed offsets")
+		})
+	}
+}
+
+// A fenced static member can learn it from a commit before a heartbeat tells it (a busy
+// Transactional member commits every 100 ms, and heartbeats every 3 s): an OffsetCommit or a
+// TxnOffsetCommit answered FENCED_INSTANCE_ID fails the App with ErrInstanceFenced as a fetch's
+// does, in each mode, and in a Shutdown's final commit too. Before, a Transactional session made
+// itself again and joined under the instance id, fencing the newer member (the two fenced each
+// other back and forth), an autocommit's was only logged, and a Shutdown returned the bare
+// error with the App Stopped (helper-104).
+func TestAStaticMemberFencedAtACommitFails(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		sub        runtime.Subscription
+		atShutdown bool            // the fence answers Shutdown's final commit
+		committed  map[int32]int64 // kfake fences one commit: a later one (the final commit) is taken
+	}{
+		{"Transactional", runtime.Topic("in").Commit(runtime.Transactional("tx")), false, nil},
+		{"Tracked autocommit", runtime.Topic("in").Commit(runtime.Tracked), false, map[int32]int64{0: 1}},
+		{"Auto autocommit", runtime.Topic("in"), false, map[int32]int64{0: 1}},
+		{"Tracked final commit", runtime.Topic("in").Commit(runtime.Tracked).Config(kgo.AutoCommitInterval(time.Hour)), true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			var s seen
+			app := runtime.New(appOpts(c, runtime.DefaultGroup("g"), runtime.InstanceID("pod-0"))...)
+			runtime.Handle(app, tc.sub, s.handler())
+			startNoCleanup(t, app)
+			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+			defer cancel()
+			var shutdownErr error
+			if tc.atShutdown {
+				c.ProduceValues(t, "in", 0, "x")
+				eventually(t, func() bool { return s.len() == 1 }, "x not handled")
+				c.FailCommit("g", 1, kerr.FencedInstanceID)
+				shutdownErr = app.Shutdown(ctx)
+				require.ErrorIs(t, shutdownErr, runtime.ErrInstanceFenced)
+			} else {
+				fence := c.FailCommit("g", 1, kerr.FencedInstanceID)
+				c.ProduceValues(t, "in", 0, "x")
+				require.NoError(t, fence.Wait(ctx, 1))
+				select {
+				case <-app.Done():
+				case <-ctx.Done():
+					t.Fatal("the fenced App still runs")
+				}
+				err := app.Shutdown(ctx)
+				if tc.committed == nil { // the window's End was fenced: it did not end
+					require.ErrorIs(t, err, kerr.FencedInstanceID)
+				} else {
+					require.NoError(t, err)
+				}
+			}
+			state, reason := app.State()
+			require.Equal(t, runtime.StateFailed, state)
+			require.ErrorIs(t, reason, runtime.ErrInstanceFenced)
+			require.ErrorIs(t, reason, kerr.FencedInstanceID)
+			require.True(t, strings.HasPrefix(reason.Error(), `tidemark: static member fenced by another member with its instance id: `+
+				`Topic("in"): instance id "pod-0-0", group "g": `), reason.Error())
+			if tc.atShutdown {
+				require.EqualError(t, shutdownErr, reason.Error(), "Shutdown returns what the App failed for")
+			}
+			require.Equal(t, []string{"x"}, s.values(), "handled once: no session made again")
+			if tc.committed == nil {
+				require.Empty(t, c.Committed(t, "g", "in"), "nothing committed, nor by leaving the group")
+			} else {
+				require.Equal(t, tc.committed, c.Committed(t, "g", "in"))
+			}
 		})
 	}
 }

@@ -124,11 +124,11 @@ func Topics(names ...string) Subscription {
 //
 // A matched topic deleted while it is read has no offsets left to commit: a revoke's or
 // Shutdown's commit logs its partitions at Warn and does not fail for them (once a broker confirms
-// the topic is gone, or knows the name by another topic ID). A matched topic deleted and created
-// again under its name is not read again by an Auto or Tracked subscription: franz-go keeps the
-// old topic ID and fails the topic with UNKNOWN_TOPIC_ID until its client is made again (its
-// metadata.go: "users must purge and re-add"), so restart the App. A Transactional subscription
-// makes its client again when a failed window rebuilds its session, and may read it then.
+// the topic is gone, or knows the name by another topic ID). A topic any subscription reads that
+// is deleted and created again under its name fails an Auto or Tracked subscription's App with
+// ErrTopicRecreated (franz-go keeps the old topic ID and never reads the new topic with that
+// client); a Transactional subscription makes its session again and reads it (docs/operations.md,
+// deleted and re-created topics).
 func Pattern(regex string) Subscription { return Subscription{kind: subPattern, pattern: regex} }
 
 // Partitions reads the given partitions of topic directly, without group membership (franz-go

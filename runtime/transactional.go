@@ -194,7 +194,8 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		c.d.setWindow(tw)
 		end := time.Now().Add(c.cfg.commitInterval)
 		admitted := 0
-		for ctx.Err() == nil && tw.w.Aborted() == nil && time.Now().Before(end) && (limit == 0 || admitted < limit) {
+		for ctx.Err() == nil && tw.w.Aborted() == nil && time.Now().Before(end) && (limit == 0 || admitted < limit) &&
+			c.recreated.Load() == nil {
 			n := c.app.cfg.maxPollRecords
 			if limit > 0 {
 				n = min(n, limit-admitted)
@@ -265,6 +266,13 @@ func (c *consumer) pollTxn(ctx, base context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if topic := c.recreated.Load(); topic != nil { // the window has ended: make the session again
+			err := fmt.Errorf("%w: %s: topic %q", ErrTopicRecreated, c.sub, *topic)
+			if !c.sessionFailed(ctx, err, &failures) {
+				return
+			}
+			continue
+		}
 		if aborts > 0 && try == kgo.TryAbort {
 			if !sleepCtx(ctx, c.cfg.backoff(aborts, tw.w.Aborted())) {
 				return
@@ -287,7 +295,8 @@ func (c *consumer) waitBarrier(base context.Context, tw *txnWindow) error {
 	return tw.w.Wait(ctx)
 }
 
-// sessionFailed handles an error from Begin or End: fencing is fatal; other errors rebuild the
+// sessionFailed handles an error from Begin or End: fencing (of the transactional id, or of the
+// static member: ErrInstanceFenced) is fatal; other errors rebuild the
 // session after a backoff, and fail the App once maxSessionFailures of them in a row have gone on
 // for the group's session timeout (kgo.SessionTimeout, 45 s by default): a broker restarting, an
 // outage the group itself would ride out, is waited for, as Tracked waits. It reports whether to
@@ -295,6 +304,10 @@ func (c *consumer) waitBarrier(base context.Context, tw *txnWindow) error {
 func (c *consumer) sessionFailed(ctx context.Context, err error, failures *sessionFailures) bool {
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
 		c.app.fail(fmt.Errorf("%w: %s: transactional id %q: %w", ErrFenced, c.sub, c.sub.mode.txnID, err))
+		return false
+	}
+	if errors.Is(err, kerr.FencedInstanceID) { // a TxnOffsetCommit's: a new session would fence the newer member
+		c.instanceFenced(c.cl, err)
 		return false
 	}
 	if failures.n++; failures.n == 1 {
@@ -313,6 +326,7 @@ func (c *consumer) sessionFailed(ctx context.Context, err error, failures *sessi
 	}
 	old := c.sess
 	old.CloseAllowingRebalance()
+	c.recreated.Store(nil) // the new client loads every topic afresh
 	sess, nerr := kgo.NewGroupTransactSession(c.clientOpts()...)
 	if nerr != nil {
 		c.app.fail(fmt.Errorf("tidemark: %s: rebuild the transactional session: %w", c.sub, nerr))
