@@ -65,6 +65,13 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.Handle(a, runtime.Topics("u", "t"), ack, runtime.RetryToSource())
 			},
 			[]string{`Topics("u", "t")`}},
+		{"one pattern twice in a group (no topic need match yet)", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Pattern("^ev-"), ack, runtime.RetryToSource())
+				runtime.HandleBatch(a, runtime.Pattern("^ev-").Group("g"), 10, runtime.BatchAll(func(context.Context, []*runtime.Delivery) error { return nil }), runtime.RetryToSource())
+				runtime.Handle(a, runtime.Pattern("^ev-").Group("other"), ack, runtime.RetryToSource())
+			},
+			[]string{`Pattern("^ev-").Group("g")`}},
 		{"a manual subscription using a group subscription's group", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) {
 				runtime.Handle(a, runtime.Topic("t"), ack)
@@ -288,8 +295,9 @@ func TestStartReportsNilOptions(t *testing.T) {
 // *ConfigError naming where the option was given, once (helper-102: kgo.ConsumeExcludeTopics in
 // ClientOpts with a Topic subscription failed Start alone, after every other problem was fixed,
 // with franz-go's bare error); so does a broker address franz-go cannot parse. franz-go names one
-// problem of a client: Topic("u")'s own (Config), of the two it has; and each once: Pattern("^v")
-// has the same as Topic("u").
+// problem of a client: Topic("u")'s own (Config), of the two it has. A problem of the App's options
+// is reported once, whichever clients it fails; a subscription's own, for each (helper-104: one
+// with the same text as another's, or as ProducerOpts', was not reported).
 func TestStartReportsClientOptionsFranzGoRefuses(t *testing.T) {
 	app := runtime.New(runtime.Brokers("[::1"), runtime.DefaultGroup("g"),
 		runtime.ClientOpts(kgo.ConsumeExcludeTopics("^x$")))
@@ -305,6 +313,7 @@ func TestStartReportsClientOptionsFranzGoRefuses(t *testing.T) {
 		`tidemark: Topic("t"): Workers: need 1 to 65536 lanes, got 0`+"\n"+
 		`tidemark: ClientOpts: Topic("t"): invalid use of ConsumeExcludeTopics when not using ConsumeRegex`+"\n"+
 		`tidemark: Topic("u").Config: session timeout 1ms is less than allowed 100ms`+"\n"+
+		`tidemark: Pattern("^v").Config: session timeout 1ms is less than allowed 100ms`+"\n"+
 		`tidemark: Topic("w").Config: max fetch wait 1ms is less than allowed 10ms`)
 	var ce *runtime.ConfigError
 	require.ErrorAs(t, err, &ce)
@@ -320,6 +329,17 @@ func TestStartReportsClientOptionsFranzGoRefuses(t *testing.T) {
 	require.EqualError(t, app.Start(ctx), "tidemark: ProducerOpts: kgo.DisableIdempotentWrite: Tidemark settles records on "+
 		"acknowledged writes, which need idempotent writes with acks=all\n"+
 		`tidemark: ProducerOpts: Topic("t"): cannot both disable idempotent writes and use transactional IDs`)
+	require.NoError(t, app.Shutdown(ctx))
+
+	// A transactional id past franz-go's bound is the subscription's Commit; the producer's
+	// problem and a subscription's of the same text are both reported.
+	app = runtime.New(runtime.Brokers("127.0.0.1:1"), runtime.DefaultGroup("g"),
+		runtime.ProducerOpts(kgo.ProducerLinger(2*time.Minute)))
+	runtime.Handle(app, runtime.Topic("t").Commit(runtime.Transactional(strings.Repeat("x", 16383))), ack)
+	runtime.Handle(app, runtime.Topic("u").Config(kgo.ProducerLinger(2*time.Minute)), ack)
+	require.EqualError(t, app.Start(ctx), "tidemark: ProducerOpts: linger 2m0s is larger than allowed 1m0s\n"+
+		`tidemark: Topic("t").Commit: transactional id length 16383 is larger than max allowed 16382`+"\n"+
+		`tidemark: Topic("u").Config: linger 2m0s is larger than allowed 1m0s`)
 	require.NoError(t, app.Shutdown(ctx))
 }
 

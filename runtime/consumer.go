@@ -65,7 +65,9 @@ type consumer struct {
 	pollDone   chan struct{}
 	stopComm   chan struct{}
 	commDone   chan struct{}          // closed when the committer returns; nil if it never started
-	txnPart    kgo.Partitioner        // Transactional: the user's partitioner (txnPartitioner)
+	probed     bool                   // probeOwn ran
+	txnPart    kgo.Partitioner        // Transactional: the user's partitioner (probeOwn)
+	userLog    kgo.Logger             // the user's kgo.Logger, nil if none (probeOwn)
 	kgoLog     *recreationWatch       // the client's kgo.Logger; nil in Start's validation (consumerOptsErr)
 	excluded   []string               // the client's kgo.ConsumeExcludeTopics
 	recreated  atomic.Pointer[string] // Transactional: a topic read was re-created; the session is made again (pollTxn)
@@ -115,7 +117,8 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 	// The group join starts as soon as the client exists, so handler contexts must exist first.
 	c.workCtx, c.cutWork = context.WithCancelCause(base)
 	c.barrier, c.cutBarrier = context.WithCancelCause(context.Background())
-	c.kgoLog = &recreationWatch{user: userLogger(c.clientOpts()), onRecreated: c.topicRecreated}
+	c.probeOwn(c.clientOpts()) // a Transactional session's clientOpts probed already
+	c.kgoLog = &recreationWatch{user: c.userLog, onRecreated: c.topicRecreated}
 	if c.txnMode {
 		sess, err := kgo.NewGroupTransactSession(c.clientOpts()...)
 		if err != nil {
@@ -176,7 +179,7 @@ func (c *consumer) clientOpts() []kgo.Opt {
 		opts = append(opts,
 			kgo.TransactionalID(c.sub.mode.txnID),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			kgo.RecordPartitioner(pinningPartitioner{c.txnPartitioner(opts)}),
+			kgo.RecordPartitioner(pinningPartitioner{c.probeOwn(opts)}),
 		)
 	} else {
 		opts = append(opts, kgo.AutoCommitMarks(), kgo.AutoCommitCallback(c.onAutoCommit))
@@ -193,14 +196,17 @@ func (c *consumer) clientOpts() []kgo.Opt {
 	return opts
 }
 
-// txnPartitioner returns the partitioner of the Transactional session's own options (probeOpts),
-// probed once, at Start: a rebuilt session reuses it. On options franz-go refuses it returns
-// StickyKeyPartitioner, and NewGroupTransactSession fails with franz-go's error.
-func (c *consumer) txnPartitioner(opts []kgo.Opt) kgo.Partitioner {
-	if c.txnPart == nil {
+// probeOwn reads what the consumer's client takes from the user's options opts, from one probe
+// client (probeOpts), once, at Start (a rebuilt Transactional session reuses it): the partitioner
+// of a Transactional session's records, which it returns, and the user's kgo.Logger (userLog),
+// which recreationWatch passes franz-go's lines to. On options franz-go refuses it returns
+// StickyKeyPartitioner and reads no logger, and the client's creation fails with franz-go's error.
+func (c *consumer) probeOwn(opts []kgo.Opt) kgo.Partitioner {
+	if !c.probed {
+		c.probed = true
 		c.txnPart = kgo.StickyKeyPartitioner(nil)
 		_ = probeOpts(opts, func(cl *kgo.Client) error {
-			c.txnPart = partitionerOf(cl)
+			c.txnPart, c.userLog = partitionerOf(cl), loggerOf(cl)
 			return nil
 		})
 	}

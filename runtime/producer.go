@@ -45,9 +45,10 @@ type producer struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	probeMu  sync.Mutex      // guards the three below; never held with mu by anyone but client
+	probeMu  sync.Mutex      // guards the four below; never held with mu by anyone but client
 	probed   bool            // checkOpts ran
 	base     kgo.Partitioner // the user's partitioner (partitionerOf)
+	userLog  kgo.Logger      // the user's kgo.Logger (loggerOf), nil if none
 	probeErr error           // what checkOpts found wrong with the user's options
 }
 
@@ -202,9 +203,8 @@ func (p *producer) client() (*kgo.Client, chan struct{}, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
-		opts := p.opts(base)
-		watch := &recreationWatch{user: userLogger(opts), onRecreated: p.topicRecreated}
-		cl, err := kgo.NewClient(append(opts, kgo.WithLogger(watch))...)
+		watch := &recreationWatch{user: p.userLog, onRecreated: p.topicRecreated}
+		cl, err := kgo.NewClient(append(p.opts(base), kgo.WithLogger(watch))...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("tidemark: producer: %w", err)
 		}
@@ -278,7 +278,7 @@ func (p *producer) checkOpts() (kgo.Partitioner, error) {
 		}
 		if opts := producerClientOpts(p.app.cfg); len(opts) > 0 { // the probe leaves those out
 			errs = append(errs, probeOpts(opts, func(cl *kgo.Client) error {
-				p.base = partitionerOf(cl)
+				p.base, p.userLog = partitionerOf(cl), loggerOf(cl)
 				return producerClientErr(cl)
 			}))
 		}

@@ -45,14 +45,10 @@ func (w *recreationWatch) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	}
 }
 
-// userLogger returns the kgo.Logger the options set (kgo.WithLogger), or nil: read from a probe
-// client (probeOpts), as franz-go keeps options opaque.
-func userLogger(opts []kgo.Opt) kgo.Logger {
-	var l kgo.Logger
-	_ = probeOpts(opts, func(cl *kgo.Client) error {
-		l, _ = cl.OptValue(kgo.WithLogger).(kgo.Logger)
-		return nil
-	})
+// loggerOf returns the kgo.Logger of a probe client's options (kgo.WithLogger), or nil if they set
+// none: franz-go keeps options opaque, so it is read from a client (probeOpts).
+func loggerOf(cl *kgo.Client) kgo.Logger {
+	l, _ := cl.OptValue(kgo.WithLogger).(kgo.Logger)
 	if l != nil && l.Level() == kgo.LogLevelNone {
 		return nil // franz-go's default: logs nothing
 	}

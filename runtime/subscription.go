@@ -43,7 +43,7 @@ var (
 // second live instance with the same id is fatal for the older one.
 func Transactional(id string) CommitMode { return CommitMode{kind: modeTxn, txnID: id} }
 
-// String returns "Auto", "Tracked" or "Transactional(id)".
+// String returns "Auto", "Tracked" or `Transactional("id")`, the id quoted as %q quotes it.
 func (m CommitMode) String() string {
 	switch m.kind {
 	case modeTracked:
@@ -118,9 +118,10 @@ func Topics(names ...string) Subscription {
 //
 // A pattern that matches a topic another subscription of its group reads by name (Topic, Topics,
 // RetryTo), or that another pattern of its group matches among the topics the cluster has at
-// Start, fails Start with a *ConfigError: the group would split that topic's partitions between
-// the two handlers. A topic created later that two patterns of one group match is split so: keep
-// the patterns of a group disjoint.
+// Start, or that is another subscription's pattern in its group, fails Start with a *ConfigError:
+// the group would split that topic's partitions between the two handlers. A topic created later
+// that two different patterns of one group match is split so: keep the patterns of a group
+// disjoint.
 //
 // A matched topic deleted while it is read has no offsets left to commit: a revoke's or
 // Shutdown's commit logs its partitions at Warn and does not fail for them (once a broker confirms

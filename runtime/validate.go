@@ -64,7 +64,7 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	manualGroups := map[string]string{}  // group → a manual subscription using it
 	txnIDs := map[string]string{}        // transactional id → the subscription using it
 	shared := map[string]int{}           // registrations per subscription name: a shared one is named with its group
-	refusals := map[string]bool{}        // franz-go's refusals of options reported: each once
+	refusals := map[string]bool{}        // franz-go's refusals of the App's options reported: each once
 	for _, e := range unjoin(prodErr) {
 		refusals[e.Error()] = true
 	}
@@ -161,11 +161,12 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 		}
 		if !clientCheckable(s, group) {
 			// reported on its own
-		} else if option, err := consumerOptsErr(cfg, i, r); err != nil && !refusals[err.Error()] {
-			refusals[err.Error()] = true
-			if option == "Config" {
+		} else if option, err := consumerOptsErr(cfg, i, r); err != nil {
+			switch {
+			case option == "Config" || option == "Commit": // the subscription's own: each reported
 				add(name+"."+option, "%w", err)
-			} else {
+			case !refusals[err.Error()]: // the App's options: once, whichever clients they fail
+				refusals[err.Error()] = true
 				add(option, "%s: %w", name, err)
 			}
 		}
@@ -238,6 +239,13 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 				}
 				groupSubs[k] = name
 			}
+			if s.kind == subPattern { // the same pattern twice: whether or not a topic matches yet
+				k := groupTopic{group, "\x00" + s.pattern}
+				if other, dup := groupSubs[k]; dup {
+					add(name, "shares group %q and pattern %q with %s", group, s.pattern, other)
+				}
+				groupSubs[k] = name
+			}
 		} else if group != "" {
 			manualGroups[group] = name
 		}
@@ -252,12 +260,13 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 }
 
 // consumerOptsErr returns franz-go's refusal (kgo.ValidateOpts, no I/O) of the options the
-// consumer of r, the i-th registration, makes its client with, and the option at fault: Config if
-// the client is refused otherwise without r's subscription's own options, else ProducerOpts (which
-// a Transactional subscription's client takes too) if it is without those, else ClientOpts. A
-// franz-go option in the wrong place (kgo.ConsumeExcludeTopics on a subscription without a
-// Pattern, a session timeout under 100 ms) fails Start with the other problems, not later at the
-// client's creation. franz-go names one problem of a client: the next shows once it is fixed.
+// consumer of r, the i-th registration, makes its client with, and the option at fault, the first
+// without which the client is refused otherwise (or not at all): r's subscription's Config, its
+// Commit (a Transactional id past franz-go's bound), ProducerOpts (a Transactional subscription's
+// client takes them too), else ClientOpts. A franz-go option in the wrong place
+// (kgo.ConsumeExcludeTopics on a subscription without a Pattern, a session timeout under 100 ms)
+// fails Start with the other problems, not later at the client's creation. franz-go names one
+// problem of a client: the next shows once it is fixed.
 func consumerOptsErr(cfg appConfig, i int, r registration) (option string, err error) {
 	refused := func(cfg appConfig, s Subscription) error {
 		if s.mode.txnID == "" {
@@ -265,7 +274,7 @@ func consumerOptsErr(cfg appConfig, i int, r registration) (option string, err e
 		}
 		c := &consumer{app: &App{cfg: cfg}, idx: i, sub: s, cfg: r.cfg, group: s.group,
 			txnMode: s.mode.kind == modeTxn, manual: s.kind == subPartitions,
-			txnPart: kgo.StickyKeyPartitioner(nil)} // the partitioner is not probed: no client comes and goes
+			probed: true, txnPart: kgo.StickyKeyPartitioner(nil)} // no probe: no client comes and goes
 		if s.kind != subPartitions && c.group == "" {
 			c.group = cfg.defaultGroup
 		}
@@ -276,14 +285,17 @@ func consumerOptsErr(cfg appConfig, i int, r registration) (option string, err e
 		return "", nil
 	}
 	same := func(e error) bool { return e != nil && e.Error() == err.Error() }
-	own := r.sub
-	own.opts = nil
-	if !same(refused(cfg, own)) {
+	s := r.sub
+	s.opts = nil
+	if !same(refused(cfg, s)) {
 		return "Config", err
 	}
-	noProducer := cfg
-	noProducer.producerOpts = nil
-	if !same(refused(noProducer, own)) {
+	s.mode.txnID = ""
+	if !same(refused(cfg, s)) {
+		return "Commit", err
+	}
+	cfg.producerOpts = nil
+	if !same(refused(cfg, s)) {
 		return "ProducerOpts", err
 	}
 	return "ClientOpts", err
