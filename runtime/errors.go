@@ -49,8 +49,8 @@ var (
 	// with the same instance id (InstanceID, KIP-345): the broker gave that member this one's
 	// partitions; whichever request learns of it first (a fetch, an autocommit, a Transactional
 	// window's offset commit; Shutdown's final commit, which then returns it). The App stops
-	// instead of joining again, which would fence the other member in turn. Two live instances with one InstanceID are a deployment error (docs/operations.md,
-	// static membership).
+	// instead of joining again, which would fence the other member in turn. Two live instances
+	// with one InstanceID are a deployment error (docs/operations.md, static membership).
 	ErrInstanceFenced = errors.New("tidemark: static member fenced by another member with its instance id")
 
 	// ErrTopicRecreated fails the App (wrapped with the subscription, the topic and the group; or

@@ -15,9 +15,10 @@ import (
 // and says nothing.
 const recreatedMsg = "metadata has a new ID for a topic we already hold"
 
-// recreationWatch is the kgo.Logger of a consumer's client: it passes each line to the user's own
-// kgo.Logger (kgo.WithLogger in ClientOpts or Config) at the user's level, and hands franz-go's
-// warning for a re-created topic (recreatedMsg) to onRecreated with the topic's name.
+// recreationWatch is the kgo.Logger of each of the App's clients (the consumers', the producer's):
+// it passes each line to the user's own kgo.Logger (kgo.WithLogger in ClientOpts, Config or
+// ProducerOpts) at the user's level, and hands franz-go's warning for a re-created topic
+// (recreatedMsg) to onRecreated with the topic's name.
 type recreationWatch struct {
 	user        kgo.Logger // nil if the options set none
 	onRecreated func(topic string)

@@ -437,6 +437,7 @@ func scenarios() []scenario {
 		laneScenarios(),
 		rebalanceScenarios(),
 		markerScenarios(),
+		topicScenarios(),
 	} {
 		all = append(all, group...)
 	}
