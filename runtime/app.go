@@ -56,7 +56,10 @@ type App struct {
 	stopped         chan struct{} // closed when Shutdown has finished
 	startDone       chan struct{} // closed when Start returns (Shutdown waits for it)
 	shutdownErr     error
-	supDone         chan struct{}
+	// failedWhileStopping: the fatal error that first happened during the shutdown; Shutdown
+	// returns it with shutdownErr (Run returns the fatal error on its own)
+	failedWhileStopping error
+	supDone             chan struct{}
 }
 
 // New returns an App configured by opts. It only records: Start validates and reports every

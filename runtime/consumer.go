@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/probe"
 	"github.com/tidemark-io/tidemark/tracker"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -70,7 +71,7 @@ type consumer struct {
 	userLog    kgo.Logger             // the user's kgo.Logger, nil if none (probeOwn)
 	kgoLog     *recreationWatch       // the client's kgo.Logger; nil in Start's validation (consumerOptsErr)
 	excluded   []string               // the client's kgo.ConsumeExcludeTopics
-	recreated  atomic.Pointer[string] // Transactional: a topic read was re-created; the session is made again (pollTxn)
+	recreated  atomic.Pointer[string] // a topic read was re-created: a Transactional session is made again (pollTxn); a manual one commits nothing more
 	txnSlots   chan struct{}          // Transactional: the sessions' buffer slots, for QueueTimeout (acquireSlot)
 	revokes    atomic.Uint64          // Transactional: revokes and losses that reached this member (checkOwnership)
 	ownMark    uint64                 // Transactional, the poll loop's: revokes just before the previous End
@@ -89,6 +90,7 @@ type consumer struct {
 
 	manualMu      sync.Mutex
 	manualPending map[tp]kgo.EpochOffset // manual partitions: moved positions not yet committed
+	manualTopicID [16]byte               // manual partitions with a group: the topic's ID at start (zero: not known)
 }
 
 func newConsumer(a *App, idx int, r registration, base context.Context) (*consumer, error) {
@@ -163,8 +165,14 @@ func (c *consumer) clientOpts() []kgo.Opt {
 		kgo.ConsumeResetOffset(start),
 		kgo.KeepControlRecords(),
 	)
+	if c.kgoLog != nil {
+		opts = append(opts, kgo.WithLogger(c.kgoLog))
+	}
 	if c.manual {
 		return opts // the partitions and their offsets are added by start
+	}
+	if c.kgoLog != nil { // not in Start's validation
+		opts = append(opts, kgo.WithHooks(&fenceWatch{c: c}))
 	}
 	opts = append(opts,
 		kgo.ConsumerGroup(c.group),
@@ -189,9 +197,6 @@ func (c *consumer) clientOpts() []kgo.Opt {
 	}
 	if a.cfg.instanceID != "" {
 		opts = append(opts, kgo.InstanceID(a.cfg.instanceID+"-"+strconv.Itoa(c.idx)))
-	}
-	if c.kgoLog != nil {
-		opts = append(opts, kgo.WithLogger(c.kgoLog))
 	}
 	return opts
 }
@@ -298,6 +303,9 @@ func (c *consumer) assignManual(ctx context.Context) error {
 				offsets[p] = kgo.NewOffset().At(o.At).WithEpoch(o.LeaderEpoch)
 			}
 		}
+		if md, err := probe.Metadata(ctx, c.cl, topic); err == nil && len(md.Topics) == 1 {
+			c.manualTopicID = md.Topics[0].TopicID // commitManual commits to this topic only
+		}
 	}
 	for _, p := range c.sub.partitions {
 		c.d.add(c.newPart(tp{topic, p}))
@@ -380,6 +388,25 @@ func (c *consumer) instanceFenced(cl *kgo.Client, err error) error {
 	//lint:ignore SA1012 franz-go documents a nil ctx: stop the group loop now, without waiting for it
 	_ = cl.LeaveGroupContext(nil)
 	return ferr
+}
+
+// fenceWatch is a kgo hook on a group subscription's client, one per client made: a group session
+// that FENCED_INSTANCE_ID ended (a heartbeat's, a join's; kgo.HookGroupManageError) fails the App
+// with ErrInstanceFenced and stops the group loop, also once the poll loop has stopped (a Shutdown
+// draining its handlers), when no fetch brings the error any more.
+type fenceWatch struct {
+	c  *consumer
+	cl atomic.Pointer[kgo.Client] // the client it was made for (kgo.HookNewClient)
+}
+
+// OnNewClient records the client.
+func (w *fenceWatch) OnNewClient(cl *kgo.Client) { w.cl.Store(cl) }
+
+// OnGroupManageError fails the App for a fence.
+func (w *fenceWatch) OnGroupManageError(err error) {
+	if cl := w.cl.Load(); cl != nil && errors.Is(err, kerr.FencedInstanceID) {
+		w.c.instanceFenced(cl, err)
+	}
 }
 
 // setPaused pauses or resumes fetching one partition in franz-go. It only takes franz-go's pause

@@ -47,10 +47,11 @@ var (
 	// ErrInstanceFenced fails the App (wrapped with the subscription, the static member's instance
 	// id and franz-go's kerr.FencedInstanceID) when another live member joined its consumer group
 	// with the same instance id (InstanceID, KIP-345): the broker gave that member this one's
-	// partitions; whichever request learns of it first (a fetch, an autocommit, a Transactional
-	// window's offset commit; Shutdown's final commit, which then returns it). The App stops
-	// instead of joining again, which would fence the other member in turn. Two live instances
-	// with one InstanceID are a deployment error (docs/operations.md, static membership).
+	// partitions; whichever request learns of it first (a fetch, a heartbeat, an autocommit, a
+	// Transactional window's offset commit; during a Shutdown, which then returns it too). The
+	// App stops instead of joining again, which would fence the other member in turn. Two live
+	// instances with one InstanceID are a deployment error (docs/operations.md, static
+	// membership).
 	ErrInstanceFenced = errors.New("tidemark: static member fenced by another member with its instance id")
 
 	// ErrTopicRecreated fails the App (wrapped with the subscription, the topic and the group; or

@@ -73,14 +73,15 @@ func (c *consumer) consumes(topic string) bool {
 // and a window that wrote to the old topic aborts. Any other subscription fails the App with
 // ErrTopicRecreated for a topic it reads: the restarted App reads the new topic. franz-go never
 // commits the old topic's offsets to the new one (it answers them UNKNOWN_TOPIC_ID, and
-// commit.go's topicGone logs them), so nothing of the new topic is skipped.
+// commit.go's topicGone logs them), nor does a manual subscription (commitManual), so nothing of
+// the new topic is skipped.
 func (c *consumer) topicRecreated(topic string) {
 	if !c.txnMode && !c.consumes(topic) {
 		return
 	}
 	c.log.Warn("tidemark: a topic was deleted and created again", "topic", topic)
+	c.recreated.CompareAndSwap(nil, &topic)
 	if c.txnMode {
-		c.recreated.CompareAndSwap(nil, &topic)
 		return
 	}
 	c.app.fail(fmt.Errorf("%w: %s: topic %q, group %q: restart the App to read the new topic", ErrTopicRecreated, c.sub, topic, c.group))

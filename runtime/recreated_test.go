@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -173,4 +175,89 @@ func TestAReplyTopicCreatedAgain(t *testing.T) {
 		require.NoError(t, app.Shutdown(ctx))
 		require.Equal(t, map[int32]int64{0: 2}, c.Committed(t, "g", "in"))
 	})
+}
+
+// Manual partitions read a topic deleted and created again: the App fails with
+// ErrTopicRecreated as a group subscription's does (helper-106: its client had no watch, and it
+// stayed Running, reading nothing), and with a group, nothing of the old topic's positions is
+// committed onto the new topic (helper-106: kadm commits by name, and the final commit put offset
+// 5 on the new topic, so the restarted App skipped its first 5 records). The App started again
+// reads the new topic whole, once.
+func TestAManualSubscriptionsTopicCreatedAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sub  runtime.Subscription
+	}{
+		{"Auto, group", runtime.Partitions("x", 0).Group("gm")},
+		{"Tracked, group", runtime.Partitions("x", 0).Group("gm").Commit(runtime.Tracked)},
+		{"Auto, no group", runtime.Partitions("x", 0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("x", 1))
+			c.ProduceValues(t, "x", 0, values("old", 5)...)
+			var s seen
+			sub := tc.sub.Config(kgo.MetadataMaxAge(100 * time.Millisecond))
+			app := runtime.New(appOpts(c)...)
+			runtime.Handle(app, sub, s.handler(), runtime.RetryToSource())
+			startNoCleanup(t, app)
+			eventually(t, func() bool { return s.len() == 5 }, "the old records not handled")
+			grouped := strings.Contains(tc.name, ", group")
+			if grouped {
+				c.WaitCommitted(t, "gm", "x", map[int32]int64{0: 5})
+			}
+
+			recreate(t, c, "x", values("new", 10)...)
+			select {
+			case <-app.Done():
+			case <-time.After(kfaketest.WaitTimeout):
+				t.Fatal("the App still runs, reading nothing of the new topic")
+			}
+			state, reason := app.State()
+			require.Equal(t, runtime.StateFailed, state)
+			require.EqualError(t, reason, `tidemark: a topic was deleted and created again: Partitions("x", [0]): topic "x", `+
+				fmt.Sprintf("group %q: restart the App to read the new topic", map[bool]string{true: "gm"}[grouped]))
+			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+			defer cancel()
+			require.NoError(t, app.Shutdown(ctx))
+			require.Equal(t, values("old", 5), s.values())
+			if !grouped {
+				return
+			}
+			require.Empty(t, c.Committed(t, "gm", "x"), "nothing committed onto the new topic")
+			again := runtime.New(appOpts(c)...)
+			var s2 seen
+			runtime.Handle(again, sub, s2.handler(), runtime.RetryToSource())
+			start(t, again)
+			c.WaitCommitted(t, "gm", "x", map[int32]int64{0: 10})
+			require.Equal(t, values("new", 10), s2.values())
+		})
+	}
+}
+
+// A topic manual partitions read with a group is deleted (not created again): its positions have
+// nowhere to go, and Shutdown is clean, as for a group subscription (helper-106: the final commit
+// failed with UNKNOWN_TOPIC_OR_PARTITION). The other subscription's topic is committed exactly.
+func TestAManualSubscriptionsTopicDeletedDoesNotFailTheShutdown(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("a", 1), kfaketest.Topic("b", 1))
+	c.ProduceValues(t, "a", 0, values("a", 3)...)
+	c.ProduceValues(t, "b", 0, values("b", 3)...)
+	var s seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Partitions("a", 0).Group("ga").Commit(runtime.Tracked), s.handler(), runtime.RetryToSource())
+	runtime.Handle(app, runtime.Partitions("b", 0).Group("gb").Commit(runtime.Tracked), s.handler(), runtime.RetryToSource())
+	startNoCleanup(t, app)
+	c.WaitCommitted(t, "ga", "a", map[int32]int64{0: 3})
+
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).DeleteTopics(ctx, "a")
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	c.ProduceValues(t, "b", 0, "late")
+	eventually(t, func() bool { return s.len() == 7 }, "the late record not handled")
+	require.NoError(t, app.Shutdown(ctx), "the deleted topic's positions have nowhere to go")
+	require.Equal(t, map[int32]int64{0: 4}, c.Committed(t, "gb", "b"))
 }

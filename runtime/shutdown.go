@@ -20,11 +20,13 @@ var errShutdownBound = errors.New("tidemark: shutdown bound passed")
 // bound, run even when ctx is already done); leave the group (CloseAllowingRebalance). It returns
 // the joined errors of those steps (a Transactional last window that did not commit, ctx's error
 // and its cause, if it has one, wrapped when the drain's bound passed, ErrUnflushed, failed
-// commits), once every goroutine the App started has returned; a handler that ignores its
-// cancelled ctx delays it. So a handler (or an Observer method) must not call Shutdown and wait
-// for it: Shutdown would wait for that handler's own lane, forever; start it in a goroutine (go
-// app.Shutdown(ctx)) and return. Later and concurrent calls wait for the first one and return its
-// result (or ctx's error if ctx ends first).
+// commits) and the error that failed the App while it shut down, if one did (ErrInstanceFenced
+// for a fence learnt while the handlers drained, say; the App is Failed), once every goroutine the
+// App started has returned; a handler that ignores its cancelled ctx delays it. So a handler (or
+// an Observer method) must not call Shutdown and wait for it: Shutdown would wait for that
+// handler's own lane, forever; start it in a goroutine (go app.Shutdown(ctx)) and return. Later
+// and concurrent calls wait for the first one and return its result (or ctx's error if ctx ends
+// first).
 func (a *App) Shutdown(ctx context.Context) error { return a.shutdown(ctx, callerUser) }
 
 // A caller says who runs a shutdown.
@@ -55,7 +57,7 @@ func (a *App) shutdown(ctx context.Context, by caller) error {
 		select {
 		case <-a.stopped:
 			<-a.supDoneOrNil() // the supervisor returns right after a shutdown it ran
-			return a.shutdownErr
+			return errors.Join(a.shutdownErr, a.failedWhileStopping)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -64,15 +66,19 @@ func (a *App) shutdown(ctx context.Context, by caller) error {
 	if starting {
 		<-a.startDone // then every consumer it made is in a.consumers, and none is being started
 	}
+	failed := a.fatalError() != nil
 	a.shutdownErr = a.stopAll(ctx)
 	if by != callerSupervisor { // it returns once stopping is closed, unless it runs the shutdown
 		<-a.supDoneOrNil()
 	}
-	if a.fatalError() == nil {
+	switch {
+	case a.fatalError() == nil:
 		a.setState(StateStopped, nil)
+	case !failed: // a fence learnt while the handlers drained, say: this Shutdown did not end cleanly
+		a.failedWhileStopping = a.fatalError()
 	}
 	close(a.stopped)
-	return a.shutdownErr
+	return errors.Join(a.shutdownErr, a.failedWhileStopping)
 }
 
 // supDoneOrNil returns the supervisor's done channel, or a closed one if it never started.
@@ -133,8 +139,10 @@ func (a *App) stopAll(ctx context.Context) error {
 		err := c.commitMarked(cctx)
 		fenced := errors.Is(err, kerr.FencedInstanceID)
 		switch {
-		case fenced: // since the last heartbeat: what the App fails for
-			errs = append(errs, c.instanceFenced(c.cl, err))
+		case fenced: // since the last heartbeat: what the App fails for, and Shutdown returns
+			if ferr := c.instanceFenced(c.cl, err); a.fatalError() != ferr {
+				errs = append(errs, ferr) // it had failed for something else before
+			}
 		case err != nil:
 			errs = append(errs, fmt.Errorf("tidemark: %s: final commit: %w", c.sub, err))
 		}

@@ -132,3 +132,47 @@ func TestAStaticMemberFencedAtACommitFails(t *testing.T) {
 		})
 	}
 }
+
+// A static member is shutting down, draining a slow handler, when a newer member with its
+// instance id joins: only its heartbeat learns of the fence now (the poll loop has stopped, so no
+// fetch brings it). The App fails with ErrInstanceFenced, which Shutdown returns, and its group
+// loop stops; the newer member reads on (helper-106: Shutdown returned nil, the App was Stopped,
+// and franz-go kept joining again under the instance id).
+func TestAStaticMemberFencedWhileItDrainsFails(t *testing.T) {
+	for _, mode := range []runtime.CommitMode{runtime.Tracked, runtime.Transactional("tx-older")} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			entered, release := make(chan struct{}), make(chan struct{})
+			older := runtime.New(appOpts(c, runtime.DefaultGroup("g"), runtime.InstanceID("pod-0"))...)
+			runtime.Handle(older, runtime.Topic("in").Commit(mode),
+				runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error {
+					close(entered)
+					<-release // a slow call that ignores its ctx
+					return nil
+				}))
+			startNoCleanup(t, older)
+			c.ProduceValues(t, "in", 0, "slow")
+			<-entered
+			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+			defer cancel()
+			shut := make(chan error, 1)
+			go func() { shut <- older.Shutdown(ctx) }()
+			eventually(t, func() bool { state, _ := older.State(); return state == runtime.StateShuttingDown }, "no shutdown")
+
+			var b seen
+			newer := runtime.New(appOpts(c, runtime.DefaultGroup("g"), runtime.InstanceID("pod-0"))...)
+			runtime.Handle(newer, runtime.Topic("in").Commit(runtime.Tracked), b.handler())
+			start(t, newer)
+			eventually(t, func() bool { state, _ := older.State(); return state == runtime.StateFailed }, "the fence not seen")
+			close(release)
+			err := <-shut
+			require.ErrorIs(t, err, runtime.ErrInstanceFenced)
+			_, reason := older.State()
+			require.ErrorIs(t, reason, runtime.ErrInstanceFenced)
+			c.ProduceValues(t, "in", 0, "next")
+			eventually(t, func() bool { return slices.Contains(b.values(), "next") }, "the newer member reads nothing")
+			state, reason := newer.State()
+			require.Equal(t, runtime.StateRunning, state, "the newer member was fenced in turn: %v", reason)
+		})
+	}
+}
