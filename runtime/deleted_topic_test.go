@@ -82,13 +82,7 @@ func TestAPatternTopicCreatedAgainDoesNotFailTheShutdown(t *testing.T) {
 	eventually(t, func() bool { return handled.Load() == 10 }, "10 records not handled")
 
 	recreate(t, c, "ev-b")
-	select {
-	case <-app.Done():
-	case <-time.After(kfaketest.WaitTimeout):
-		t.Fatal("the App did not stop")
-	}
-	state, reason := app.State()
-	require.Equal(t, runtime.StateFailed, state)
+	reason := failedAlone(t, app, "the App did not stop")
 	require.EqualError(t, reason, `tidemark: a topic was deleted and created again: Pattern("^ev-"): `+
 		`topic "ev-b", group "g": restart the App to read the new topic`, "the reason is the re-creation alone")
 	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)

@@ -1,11 +1,9 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,22 +32,18 @@ func recreate(t *testing.T, c *kfaketest.Cluster, topic string, values ...string
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for franz-go's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// failedAlone waits for app to stop on its own (up to kfaketest.WaitTimeout; failing with msg) and
+// returns why it failed, asserting it did.
+func failedAlone(t *testing.T, app *runtime.App, msg string) error {
+	t.Helper()
+	select {
+	case <-app.Done():
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal(msg)
+	}
+	state, reason := app.State()
+	require.Equal(t, runtime.StateFailed, state)
+	return reason
 }
 
 // A topic an Auto or Tracked subscription reads is deleted and created again while the App runs.
@@ -64,7 +58,7 @@ func TestATopicCreatedAgainFailsTheApp(t *testing.T) {
 			c := kfaketest.New(t, kfaketest.Topic("x", 1))
 			c.ProduceValues(t, "x", 0, values("old", 5)...)
 			var s seen
-			var kgoLog syncBuffer
+			var kgoLog lockedBuffer
 			sub := runtime.Topic("x").Commit(mode).Config(kgo.MetadataMaxAge(100 * time.Millisecond))
 			app := runtime.New(appOpts(c, runtime.DefaultGroup("g"),
 				runtime.ClientOpts(kgo.WithLogger(kgo.BasicLogger(&kgoLog, kgo.LogLevelInfo, nil))))...)
@@ -73,13 +67,7 @@ func TestATopicCreatedAgainFailsTheApp(t *testing.T) {
 			c.WaitCommitted(t, "g", "x", map[int32]int64{0: 5})
 
 			recreate(t, c, "x", "new")
-			select {
-			case <-app.Done():
-			case <-time.After(kfaketest.WaitTimeout):
-				t.Fatal("the App still runs, reading nothing of the new topic")
-			}
-			state, reason := app.State()
-			require.Equal(t, runtime.StateFailed, state)
+			reason := failedAlone(t, app, "the App still runs, reading nothing of the new topic")
 			require.ErrorIs(t, reason, runtime.ErrTopicRecreated)
 			require.EqualError(t, reason, `tidemark: a topic was deleted and created again: Topic("x"): `+
 				`topic "x", group "g": restart the App to read the new topic`)
@@ -161,13 +149,7 @@ func TestAReplyTopicCreatedAgain(t *testing.T) {
 		c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
 
 		recreate(t, c, "out")
-		select {
-		case <-app.Done():
-		case <-time.After(kfaketest.WaitTimeout):
-			t.Fatal("the App still runs, its producer failing every reply")
-		}
-		state, reason := app.State()
-		require.Equal(t, runtime.StateFailed, state)
+		reason := failedAlone(t, app, "the App still runs, its producer failing every reply")
 		require.EqualError(t, reason, `tidemark: a topic was deleted and created again: the App's producer: topic "out": `+
 			`restart the App to write to the new topic`)
 		ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
@@ -207,13 +189,7 @@ func TestAManualSubscriptionsTopicCreatedAgain(t *testing.T) {
 			}
 
 			recreate(t, c, "x", values("new", 10)...)
-			select {
-			case <-app.Done():
-			case <-time.After(kfaketest.WaitTimeout):
-				t.Fatal("the App still runs, reading nothing of the new topic")
-			}
-			state, reason := app.State()
-			require.Equal(t, runtime.StateFailed, state)
+			reason := failedAlone(t, app, "the App still runs, reading nothing of the new topic")
 			require.EqualError(t, reason, `tidemark: a topic was deleted and created again: Partitions("x", [0]): topic "x", `+
 				fmt.Sprintf("group %q: restart the App to read the new topic", map[bool]string{true: "gm"}[grouped]))
 			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)

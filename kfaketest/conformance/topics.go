@@ -30,11 +30,12 @@ func topicRecreated(e *env) {
 	e.values(in, 0, "old0", "old1", "old2")
 	var seen calls
 	sub := runtime.Topic(in).Group(g).Commit(runtime.Tracked).Config(kgo.MetadataMaxAge(250 * time.Millisecond))
-	app := e.app()
-	runtime.Handle(app, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+	handler := runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
 		seen.add(d)
 		return nil
-	}))
+	})
+	app := e.app()
+	runtime.Handle(app, sub, handler)
 	e.start(app)
 	waitCommitted(e, g, in, map[int32]int64{0: 3}, 20*time.Second)
 
@@ -53,10 +54,7 @@ func topicRecreated(e *env) {
 		require.ErrorIs(e, failed, runtime.ErrTopicRecreated)
 		e.stop(app)
 		again := e.app()
-		runtime.Handle(again, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-			seen.add(d)
-			return nil
-		}))
+		runtime.Handle(again, sub, handler)
 		e.start(again)
 	}
 	waitCommitted(e, g, in, map[int32]int64{0: 5}, 30*time.Second)
