@@ -54,5 +54,8 @@
 // AutoCommitCallback; in the Transactional mode ProducerOpts, TransactionalID, read_committed and
 // a RecordPartitioner that wraps the user's to pin retry copies. The isolation level
 // (read_committed) is set before the user's options, so they can override it, except in the
-// Transactional mode, which always reads read_committed.
+// Transactional mode, which always reads read_committed. Every client, the App's producer's too,
+// gets a WithLogger that passes franz-go's lines to the user's own kgo.Logger and watches for a
+// topic deleted and created again (ErrTopicRecreated); a group subscription's client, a hook
+// (WithHooks, beside the user's) that watches for a fence (ErrInstanceFenced).
 package runtime
