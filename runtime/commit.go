@@ -21,6 +21,7 @@ const (
 	markEvery     = 10 * time.Millisecond // at most one MarkCommitOffsets per subscription per this
 	reportEvery   = time.Second           // InFlight events, and kadm commits of manual partitions
 	commitTimeout = 5 * time.Second       // bound of a revoke's or shutdown's final commit (DESIGN §3.7)
+	probeTimeout  = time.Second           // bound of a metadata question to one broker (brokerTopic)
 )
 
 // committer publishes moved positions: one MarkCommitOffsets per wake-up with every partition
@@ -112,10 +113,17 @@ func (c *consumer) commitManual(ctx context.Context) error {
 		return nil
 	}
 	// kadm commits by name: to a topic deleted and created again, the old topic's positions would
-	// land on the new one, whose records below them a restart would skip. Asked of a broker before
-	// each commit (once a second, and at Shutdown); a re-creation between the two is not seen.
-	if topic := c.sub.topics[0]; c.recreated.Load() != nil || c.topicGone(ctx, topic, c.manualTopicID) {
-		c.log.Warn("tidemark: offsets not committed: the topic no longer exists", "topic", topic, "offsets", len(pending))
+	// land on the new one, whose records below them a restart would skip. Its ID is asked of a
+	// broker before each commit (once a second, and at Shutdown; bounded by probeTimeout, and a
+	// commit goes ahead when no answer comes); a re-creation between the two is not seen.
+	topic := c.sub.topics[0]
+	recreated := c.recreated.Load() != nil
+	if id := c.manualTopicID; !recreated && id != ([16]byte{}) {
+		got, _, ok := c.brokerTopic(ctx, topic)
+		recreated = ok && got != ([16]byte{}) && got != id
+	}
+	if recreated {
+		c.log.Warn("tidemark: offsets not committed: the topic was deleted and created again", "topic", topic, "offsets", len(pending))
 		return nil
 	}
 	var os kadm.Offsets
@@ -143,6 +151,10 @@ func (c *consumer) commitManual(ctx context.Context) error {
 	}
 	if len(failed) == 0 {
 		return nil
+	}
+	if (errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID)) && c.topicGone(ctx, topic, c.manualTopicID) {
+		c.log.Warn("tidemark: offsets not committed: the topic no longer exists", "topic", topic, "err", err)
+		return nil // a deleted topic's positions have nowhere to go
 	}
 	switch {
 	case ctx.Err() == nil:
@@ -238,13 +250,27 @@ func (c *consumer) commitMarked(ctx context.Context) error {
 // cache): it is unknown, or it has another ID (it was deleted and created again: franz-go keeps
 // the old ID, and fails the topic with UNKNOWN_TOPIC_ID); false if it cannot tell.
 func (c *consumer) topicGone(ctx context.Context, topic string, id [16]byte) bool {
+	got, unknown, ok := c.brokerTopic(ctx, topic)
+	return ok && (unknown || id != [16]byte{} && got != [16]byte{} && got != id)
+}
+
+// brokerTopic asks one broker directly (probe.Metadata, bounded by probeTimeout) for topic: its
+// ID (zero if the broker gives none), whether the broker does not know the topic, and whether it
+// answered either way (false: no answer in time, or another error).
+func (c *consumer) brokerTopic(ctx context.Context, topic string) (id [16]byte, unknown, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
 	resp, err := probe.Metadata(ctx, c.cl, topic)
 	if err != nil || len(resp.Topics) != 1 {
-		return false
+		return id, false, false
 	}
-	t := resp.Topics[0]
-	return t.ErrorCode == kerr.UnknownTopicOrPartition.Code ||
-		t.ErrorCode == 0 && id != [16]byte{} && t.TopicID != [16]byte{} && t.TopicID != id
+	switch t := resp.Topics[0]; t.ErrorCode {
+	case 0:
+		return t.TopicID, false, true
+	case kerr.UnknownTopicOrPartition.Code:
+		return id, true, true
+	}
+	return id, false, false
 }
 
 // commitContext returns the ctx of a commit made outside franz-go's autocommit (a revoke's or

@@ -165,14 +165,11 @@ func (c *consumer) clientOpts() []kgo.Opt {
 		kgo.ConsumeResetOffset(start),
 		kgo.KeepControlRecords(),
 	)
-	if c.kgoLog != nil {
-		opts = append(opts, kgo.WithLogger(c.kgoLog))
-	}
-	if c.manual {
-		return opts // the partitions and their offsets are added by start
-	}
-	if c.kgoLog != nil { // not in Start's validation
-		opts = append(opts, kgo.WithHooks(&fenceWatch{c: c}))
+	if c.manual { // the partitions and their offsets are added by start
+		if c.kgoLog != nil { // not in Start's validation
+			opts = append(opts, kgo.WithLogger(c.kgoLog))
+		}
+		return opts
 	}
 	opts = append(opts,
 		kgo.ConsumerGroup(c.group),
@@ -197,6 +194,9 @@ func (c *consumer) clientOpts() []kgo.Opt {
 	}
 	if a.cfg.instanceID != "" {
 		opts = append(opts, kgo.InstanceID(a.cfg.instanceID+"-"+strconv.Itoa(c.idx)))
+	}
+	if c.kgoLog != nil { // not in Start's validation; last, after ProducerOpts too (a user's WithLogger)
+		opts = append(opts, kgo.WithLogger(c.kgoLog), kgo.WithHooks(&fenceWatch{c: c}))
 	}
 	return opts
 }

@@ -54,13 +54,13 @@ var (
 	// membership).
 	ErrInstanceFenced = errors.New("tidemark: static member fenced by another member with its instance id")
 
-	// ErrTopicRecreated fails the App (wrapped with the subscription, the topic and the group; or
-	// with "the App's producer" and the topic) when a topic an Auto, Tracked or manual-partition
-	// subscription reads, or one the App's producer wrote to, was deleted and created again under
-	// its name while the App ran: franz-go keeps the old topic's ID, and its client never reads nor
-	// writes the new topic (its README, "Topic recreation"). Restart the App: it reads the new
+	// ErrTopicRecreated fails the App (wrapped with the subscription, the topic and the group)
+	// when a topic an Auto, Tracked or manual-partition subscription reads was deleted and created
+	// again under its name while the App ran: franz-go keeps the old topic's ID, and its client
+	// never reads the new topic (its README, "Topic recreation"). Restart the App: it reads the new
 	// topic from the group's committed offsets (Kafka deletes the old topic's with it), so from the
-	// subscription's start offset. A Transactional subscription makes its session again instead
+	// subscription's start offset. A Transactional subscription makes its session again instead,
+	// and the App's producer forgets a topic it wrote to and writes to the new one
 	// (docs/operations.md, deleted and re-created topics).
 	ErrTopicRecreated = errors.New("tidemark: a topic was deleted and created again")
 )

@@ -38,6 +38,7 @@ type producer struct {
 	slots  chan struct{} // buffer space: one slot per record buffered (MaxBufferedRecords)
 	closed bool
 	sent   sync.WaitGroup // records handed to Produce whose promise has not run; added to only while open
+	purges sync.WaitGroup // purges of re-created topics (topicRecreated) under way
 
 	pending   atomic.Int64 // produced and not yet acknowledged or failed
 	unflushed atomic.Int64 // records the close failed (ErrClientClosed): each of their Publishes returned ErrUnflushed
@@ -338,6 +339,7 @@ func (p *producer) shut() error {
 	flushErr := cl.Flush(ctx)
 	cl.Close() // fails what is buffered, sent or blocked in Produce: franz-go finishes every promise
 	p.sent.Wait()
+	p.purges.Wait() // a purge returns once the client is closed
 	if n := p.unflushed.Load(); n > 0 {
 		return fmt.Errorf("%w: %d records not acknowledged when the producer closed (FlushTimeout %s): %w",
 			ErrUnflushed, n, p.app.cfg.flushTimeout, cmp.Or(flushErr, kgo.ErrClientClosed))

@@ -88,9 +88,23 @@ func (c *consumer) topicRecreated(topic string) {
 }
 
 // topicRecreated handles franz-go's report that a topic the App's producer wrote to was deleted
-// and created again: the client fails every record for it from now on, so the App fails with
-// ErrTopicRecreated, and the restarted App writes to the new topic.
+// and created again: the client would fail every record for it from now on, so it forgets the
+// topic (kgo.Client.PurgeTopicsFromProducing, which franz-go's README, "Topic recreation", names
+// for this), and writes the next records to the new one. Records it held for the old topic fail,
+// as any failed write does. The purge runs apart: it waits for the metadata loop, which is the
+// caller; the producer's close waits for it.
 func (p *producer) topicRecreated(topic string) {
-	p.app.log.Warn("tidemark: a topic was deleted and created again", "topic", topic)
-	p.app.fail(fmt.Errorf("%w: the App's producer: topic %q: restart the App to write to the new topic", ErrTopicRecreated, topic))
+	p.app.log.Warn("tidemark: a topic the App writes to was deleted and created again; writing to the new one", "topic", topic)
+	p.mu.RLock()
+	cl, open := p.cl, !p.closed
+	if open && cl != nil {
+		p.purges.Add(1) // under mu: shut sets closed, then waits
+	}
+	p.mu.RUnlock()
+	if open && cl != nil {
+		go func() {
+			defer p.purges.Done()
+			cl.PurgeTopicsFromProducing(topic)
+		}()
+	}
 }

@@ -11,7 +11,9 @@ import (
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // recreate deletes topic and creates it again with one partition, then writes values to it with
@@ -94,69 +96,82 @@ func TestATopicCreatedAgainFailsTheApp(t *testing.T) {
 // A Transactional subscription makes its session again (a new client) when a topic it reads is
 // deleted and created again, and reads the new topic without a restart: here a topic of its
 // pattern it had read nothing of, so no window's commit fails for it (the session used to go on
-// without reading the new topic).
+// without reading the new topic). So too with a kgo logger of the user's in ProducerOpts, which a
+// Transactional session takes after ClientOpts (helper-107: it replaced the runtime's watch), and
+// which gets franz-go's warning all the same.
 func TestATransactionalSubscriptionReadsATopicCreatedAgain(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("ev-a", 1), kfaketest.Topic("ev-b", 1))
-	c.ProduceValues(t, "ev-a", 0, values("a", 5)...)
-	var s seen
-	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
-	runtime.Handle(app, runtime.Pattern("^ev-").Commit(runtime.Transactional("tx")).
-		Config(kgo.MetadataMaxAge(100*time.Millisecond)), s.handler(), runtime.RetryToSource())
-	start(t, app)
-	c.WaitCommitted(t, "g", "ev-a", map[int32]int64{0: 5})
+	for _, userLogger := range []bool{false, true} {
+		t.Run(fmt.Sprintf("user logger %v", userLogger), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("ev-a", 1), kfaketest.Topic("ev-b", 1))
+			c.ProduceValues(t, "ev-a", 0, values("a", 5)...)
+			var s seen
+			var kgoLog lockedBuffer
+			opts := []runtime.Option{runtime.DefaultGroup("g")}
+			if userLogger {
+				opts = append(opts, runtime.ProducerOpts(kgo.WithLogger(kgo.BasicLogger(&kgoLog, kgo.LogLevelWarn, nil))))
+			}
+			app := runtime.New(appOpts(c, opts...)...)
+			runtime.Handle(app, runtime.Pattern("^ev-").Commit(runtime.Transactional("tx")).
+				Config(kgo.MetadataMaxAge(100*time.Millisecond)), s.handler(), runtime.RetryToSource())
+			start(t, app)
+			c.WaitCommitted(t, "g", "ev-a", map[int32]int64{0: 5})
 
-	recreate(t, c, "ev-b", "new")
-	c.WaitCommitted(t, "g", "ev-b", map[int32]int64{0: 1})
-	state, _ := app.State()
-	require.Equal(t, runtime.StateRunning, state)
-	require.Equal(t, append(values("a", 5), "new"), s.values())
-	require.Equal(t, map[int32]int64{0: 5}, c.Committed(t, "g", "ev-a"))
+			recreate(t, c, "ev-b", "new")
+			c.WaitCommitted(t, "g", "ev-b", map[int32]int64{0: 1})
+			state, _ := app.State()
+			require.Equal(t, runtime.StateRunning, state)
+			require.Equal(t, append(values("a", 5), "new"), s.values())
+			require.Equal(t, map[int32]int64{0: 5}, c.Committed(t, "g", "ev-a"))
+			if userLogger {
+				require.Contains(t, kgoLog.String(), "[WARN] metadata has a new ID for a topic we already hold")
+			}
+		})
+	}
 }
 
-// A topic only written to is re-created: a Transactional subscription's reply topic, whose
+// A topic only written to is re-created. A Transactional subscription's reply topic, whose
 // windows aborted after every attempt (franz-go fails each record for it), without end, makes the
-// session again and writes the later replies to the new topic; the App's producer (a Tracked
-// subscription's replies), which would fail every record for it, fails the App with
-// ErrTopicRecreated, and nothing is committed past the replies not written.
+// session again and writes the later replies to the new topic. The App's producer (a Tracked
+// subscription's replies, a Publish) forgets the topic and writes the later records to the new
+// one (helper-107: it failed the App, where franz-go's purge is all it takes; before that, it
+// failed every later record for the topic). Each reply is written once.
 func TestAReplyTopicCreatedAgain(t *testing.T) {
 	echo := runtime.JSONReply(func(_ context.Context, v int) (int, error) { return v, nil })
-	t.Run("Transactional", func(t *testing.T) {
-		c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
-		app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
-		runtime.Handle(app, runtime.Topic("in").Commit(runtime.Transactional("tx")).
-			Config(kgo.MetadataMaxAge(100*time.Millisecond)), echo, runtime.Reply("out"))
-		start(t, app)
-		c.ProduceValues(t, "in", 0, "1", "2")
-		c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+	for _, mode := range []runtime.CommitMode{runtime.Transactional("tx"), runtime.Tracked} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("audit", 1))
+			app := runtime.New(appOpts(c, runtime.DefaultGroup("g"), runtime.ClientOpts(kgo.MetadataMaxAge(100*time.Millisecond)))...)
+			runtime.Handle(app, runtime.Topic("in").Commit(mode), echo, runtime.Reply("out"))
+			start(t, app)
+			ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+			defer cancel()
+			require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "audit", Value: []byte("a1")}))
+			c.ProduceValues(t, "in", 0, "1", "2")
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
 
-		recreate(t, c, "out")
-		c.ProduceValues(t, "in", 0, "3", "4")
-		c.WaitCommitted(t, "g", "in", map[int32]int64{0: 4})
-		var got []string
-		for _, r := range c.ReadAll(t, "out", true) {
-			got = append(got, string(r.Value))
-		}
-		require.Equal(t, []string{"3", "4"}, got, "the new topic has the later replies, once each")
-		state, _ := app.State()
-		require.Equal(t, runtime.StateRunning, state)
-	})
-	t.Run("Tracked", func(t *testing.T) {
-		c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
-		app := runtime.New(appOpts(c, runtime.DefaultGroup("g"), runtime.ClientOpts(kgo.MetadataMaxAge(100*time.Millisecond)))...)
-		runtime.Handle(app, runtime.Topic("in").Commit(runtime.Tracked), echo, runtime.Reply("out"))
-		startNoCleanup(t, app)
-		c.ProduceValues(t, "in", 0, "1", "2")
-		c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+			recreate(t, c, "out")
+			recreate(t, c, "audit")
+			c.ProduceValues(t, "in", 0, "3", "4")
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 4})
+			require.Equal(t, []string{"3", "4"}, readValues(t, c, "out"), "the new topic has the later replies, once each")
+			eventually(t, func() bool { // the first Publish after the re-creation may fail: franz-go learns of it then
+				return app.Publish(ctx, &kgo.Record{Topic: "audit", Value: []byte("a2")}) == nil
+			}, "no Publish to the new topic succeeds")
+			require.Equal(t, []string{"a2"}, readValues(t, c, "audit"))
+			state, reason := app.State()
+			require.Equal(t, runtime.StateRunning, state, "%v", reason)
+		})
+	}
+}
 
-		recreate(t, c, "out")
-		reason := failedAlone(t, app, "the App still runs, its producer failing every reply")
-		require.EqualError(t, reason, `tidemark: a topic was deleted and created again: the App's producer: topic "out": `+
-			`restart the App to write to the new topic`)
-		ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
-		defer cancel()
-		require.NoError(t, app.Shutdown(ctx))
-		require.Equal(t, map[int32]int64{0: 2}, c.Committed(t, "g", "in"))
-	})
+// readValues returns the values of topic's records under read_committed.
+func readValues(t *testing.T, c *kfaketest.Cluster, topic string) []string {
+	t.Helper()
+	var got []string
+	for _, r := range c.ReadAll(t, topic, true) {
+		got = append(got, string(r.Value))
+	}
+	return got
 }
 
 // Manual partitions read a topic deleted and created again: the App fails with
@@ -236,4 +251,99 @@ func TestAManualSubscriptionsTopicDeletedDoesNotFailTheShutdown(t *testing.T) {
 	eventually(t, func() bool { return s.len() == 7 }, "the late record not handled")
 	require.NoError(t, app.Shutdown(ctx), "the deleted topic's positions have nowhere to go")
 	require.Equal(t, map[int32]int64{0: 4}, c.Committed(t, "gb", "b"))
+}
+
+// A manual subscription asks a broker for its topic's ID before each commit. A broker that does
+// not answer that question (here broker 0, not the group's coordinator) costs the commit at most
+// probeTimeout (1 s), and the commit goes ahead: the position reaches the coordinator and Shutdown
+// is clean (helper-107: the question spent the commit's whole 5 s bound, every commit failed, and
+// Shutdown failed with ErrCommitTimeout).
+func TestAManualCommitGoesAheadWhenItsTopicQuestionGoesUnanswered(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Brokers(3), kfaketest.Topic("x", 1))
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	group := ""
+	for i := 0; group == ""; i++ { // a group whose coordinator is not broker 0
+		require.Less(t, i, 20, "every group's coordinator is broker 0")
+		g := fmt.Sprintf("gm%d", i)
+		resp := kadm.NewClient(cl).FindGroupCoordinators(ctx, g)
+		require.NoError(t, resp.Error())
+		if resp[g].NodeID != 0 {
+			group = g
+		}
+	}
+	cl.Close()
+	c.ProduceValues(t, "x", 0, values("v", 6)...)
+	gate := make(chan struct{})
+	o := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(o))...)
+	runtime.Handle(app, runtime.Partitions("x", 0).Group(group).Commit(runtime.Tracked), runtime.HandlerFunc(
+		func(ctx context.Context, d *runtime.Delivery) error {
+			if d.Record().Offset >= 3 {
+				return await(ctx, gate)
+			}
+			return nil
+		}), runtime.RetryToSource())
+	startNoCleanup(t, app)
+	eventually(t, func() bool { return o.lastCommitted("x", 0) == 3 }, "the first commit")
+
+	k := c.Kfake()
+	release := make(chan struct{})
+	defer close(release)
+	k.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		if k.CurrentNode() == 0 {
+			k.SleepControl(func() { <-release }) // broker 0 answers no metadata request
+		}
+		return nil, nil, false
+	})
+	close(gate)
+	eventually(t, func() bool { return o.lastCommitted("x", 0) == 6 }, "the coordinator, reachable all along, got no commit")
+	require.NoError(t, app.Shutdown(ctx))
+}
+
+// One broker's answer that a manual subscription's topic is unknown (a broker behind the others,
+// here one Metadata answer) does not drop the positions it was about to commit: only a commit the
+// coordinator refuses for an unknown topic, which a broker confirms, does (helper-107: the Auto
+// position was dropped for good, and the handled record 3 was left uncommitted).
+func TestAManualCommitKeepsItsPositionsOnOneUnknownTopicAnswer(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("x", 1))
+	c.ProduceValues(t, "x", 0, values("v", 4)...)
+	gate := make(chan struct{})
+	o := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(o))...)
+	runtime.Handle(app, runtime.Partitions("x", 0).Group("gm"), runtime.HandlerFunc(
+		func(ctx context.Context, d *runtime.Delivery) error {
+			if d.Record().Offset >= 3 {
+				return await(ctx, gate)
+			}
+			return nil
+		}), runtime.RetryToSource())
+	startNoCleanup(t, app)
+	eventually(t, func() bool { return o.lastCommitted("x", 0) == 3 }, "the first commit")
+
+	k := c.Kfake()
+	answered := make(chan struct{})
+	k.ControlKey(int16(kmsg.Metadata), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.MetadataRequest)
+		if len(req.Topics) != 1 || req.Topics[0].Topic == nil || *req.Topics[0].Topic != "x" {
+			k.KeepControl()
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.MetadataResponse)
+		rt := kmsg.NewMetadataResponseTopic()
+		rt.Topic = kmsg.StringPtr("x")
+		rt.ErrorCode = kerr.UnknownTopicOrPartition.Code
+		resp.Topics = append(resp.Topics, rt)
+		close(answered)
+		return resp, nil, true // once
+	})
+	close(gate)
+	<-answered // the committer asked: Shutdown waits for that commit to end
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	require.NoError(t, app.Shutdown(ctx))
+	require.Equal(t, map[int32]int64{0: 4}, c.Committed(t, "gm", "x"), "record 3 was handled")
 }

@@ -202,7 +202,7 @@ func (c *consumer) stopPolling(ctx context.Context) (wait func() error) {
 		}
 		if c.lastEnd != nil && !errors.Is(c.lastEnd, kerr.ProducerFenced) { // fenced: the newer producer aborted it, and the App failed for that
 			err = errors.Join(err, fmt.Errorf("tidemark: %s: the last window's transaction did not end (its records are read again; "+
-				"an open transaction holds read_committed readers back until its timeout): %w", c.sub, c.lastEnd))
+				"one that could not be aborted either stays open, holding read_committed readers back until its timeout): %w", c.sub, c.lastEnd))
 		}
 		return err
 	}

@@ -108,7 +108,7 @@ func TestAStaticMemberFencedAtACommitFails(t *testing.T) {
 					t.Fatal("the fenced App still runs")
 				}
 				err := app.Shutdown(ctx)
-				if tc.committed == nil { // the window's End was fenced: it did not end
+				if tc.committed == nil { // the window's End failed: fenced
 					require.ErrorIs(t, err, kerr.FencedInstanceID)
 				} else {
 					require.NoError(t, err)
