@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -346,4 +347,26 @@ func TestAManualCommitKeepsItsPositionsOnOneUnknownTopicAnswer(t *testing.T) {
 	defer cancel()
 	require.NoError(t, app.Shutdown(ctx))
 	require.Equal(t, map[int32]int64{0: 4}, c.Committed(t, "gm", "x"), "record 3 was handled")
+}
+
+// A dead-letter topic deleted and created again: the App's producer forgets it and writes the
+// later dead letters to the new topic, once each; the App runs on, and the input is committed to
+// its end.
+func TestADeadLetterTopicCreatedAgain(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("dlq", 1))
+	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Topic("in").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return errors.New("always") }),
+		runtime.MaxAttempts(1), runtime.DeadLetter("dlq"))
+	start(t, app)
+	c.ProduceValues(t, "in", 0, "a0", "a1", "a2")
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3})
+	require.Equal(t, []string{"a0", "a1", "a2"}, readValues(t, c, "dlq"))
+
+	recreate(t, c, "dlq")
+	c.ProduceValues(t, "in", 0, "b0", "b1", "b2")
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 6})
+	require.Equal(t, []string{"b0", "b1", "b2"}, readValues(t, c, "dlq"), "the later dead letters, once each")
+	state, reason := app.State()
+	require.Equal(t, runtime.StateRunning, state, "%v", reason)
 }
