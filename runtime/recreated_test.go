@@ -254,6 +254,24 @@ func TestAManualSubscriptionsTopicDeletedDoesNotFailTheShutdown(t *testing.T) {
 	require.Equal(t, map[int32]int64{0: 4}, c.Committed(t, "gb", "b"))
 }
 
+// heldFromOffset3 starts an App on sub (manual partition 0 of "x") whose handler holds the records
+// from offset 3 on until gate is closed, and returns once offset 3 is committed.
+func heldFromOffset3(t *testing.T, c *kfaketest.Cluster, sub runtime.Subscription) (*runtime.App, *observer, chan struct{}) {
+	t.Helper()
+	gate := make(chan struct{})
+	o := &observer{}
+	app := runtime.New(appOpts(c, runtime.Observe(o))...)
+	runtime.Handle(app, sub, runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+		if d.Record().Offset >= 3 {
+			return await(ctx, gate)
+		}
+		return nil
+	}), runtime.RetryToSource())
+	startNoCleanup(t, app)
+	eventually(t, func() bool { return o.lastCommitted("x", 0) == 3 }, "the first commit")
+	return app, o, gate
+}
+
 // A manual subscription asks a broker for its topic's ID before each commit. A broker that does
 // not answer that question (here broker 0, not the group's coordinator) costs the commit at most
 // probeTimeout (1 s), and the commit goes ahead: the position reaches the coordinator and Shutdown
@@ -277,18 +295,7 @@ func TestAManualCommitGoesAheadWhenItsTopicQuestionGoesUnanswered(t *testing.T) 
 	}
 	cl.Close()
 	c.ProduceValues(t, "x", 0, values("v", 6)...)
-	gate := make(chan struct{})
-	o := &observer{}
-	app := runtime.New(appOpts(c, runtime.Observe(o))...)
-	runtime.Handle(app, runtime.Partitions("x", 0).Group(group).Commit(runtime.Tracked), runtime.HandlerFunc(
-		func(ctx context.Context, d *runtime.Delivery) error {
-			if d.Record().Offset >= 3 {
-				return await(ctx, gate)
-			}
-			return nil
-		}), runtime.RetryToSource())
-	startNoCleanup(t, app)
-	eventually(t, func() bool { return o.lastCommitted("x", 0) == 3 }, "the first commit")
+	app, o, gate := heldFromOffset3(t, c, runtime.Partitions("x", 0).Group(group).Commit(runtime.Tracked))
 
 	k := c.Kfake()
 	release := make(chan struct{})
@@ -312,18 +319,7 @@ func TestAManualCommitGoesAheadWhenItsTopicQuestionGoesUnanswered(t *testing.T) 
 func TestAManualCommitKeepsItsPositionsOnOneUnknownTopicAnswer(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("x", 1))
 	c.ProduceValues(t, "x", 0, values("v", 4)...)
-	gate := make(chan struct{})
-	o := &observer{}
-	app := runtime.New(appOpts(c, runtime.Observe(o))...)
-	runtime.Handle(app, runtime.Partitions("x", 0).Group("gm"), runtime.HandlerFunc(
-		func(ctx context.Context, d *runtime.Delivery) error {
-			if d.Record().Offset >= 3 {
-				return await(ctx, gate)
-			}
-			return nil
-		}), runtime.RetryToSource())
-	startNoCleanup(t, app)
-	eventually(t, func() bool { return o.lastCommitted("x", 0) == 3 }, "the first commit")
+	app, _, gate := heldFromOffset3(t, c, runtime.Partitions("x", 0).Group("gm"))
 
 	k := c.Kfake()
 	answered := make(chan struct{})
