@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidemark-io/tidemark/internal/probe"
 	"github.com/tidemark-io/tidemark/tracker"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -303,8 +302,8 @@ func (c *consumer) assignManual(ctx context.Context) error {
 				offsets[p] = kgo.NewOffset().At(o.At).WithEpoch(o.LeaderEpoch)
 			}
 		}
-		if md, err := probe.Metadata(ctx, c.cl, topic); err == nil && len(md.Topics) == 1 {
-			c.manualTopicID = md.Topics[0].TopicID // commitManual commits to this topic only
+		if id, _, ok := c.brokerTopic(ctx, topic); ok {
+			c.manualTopicID = id // commitManual commits to this topic only
 		}
 	}
 	for _, p := range c.sub.partitions {

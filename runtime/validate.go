@@ -161,7 +161,7 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 		}
 		if !clientCheckable(s, group) {
 			// reported on its own
-		} else if option, err := consumerOptsErr(cfg, i, r); err != nil {
+		} else if option, err := consumerOptsErr(cfg, i, r, group); err != nil {
 			switch {
 			case option == "Config" || option == "Commit": // the subscription's own: each reported
 				add(name+"."+option, "%w", err)
@@ -260,24 +260,22 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 }
 
 // consumerOptsErr returns franz-go's refusal (kgo.ValidateOpts, no I/O) of the options the
-// consumer of r, the i-th registration, makes its client with, and the option at fault, the first
-// without which the client is refused otherwise (or not at all): r's subscription's Config, its
+// consumer of r, the i-th registration (in group: validate's), makes its client with, and the
+// option at fault, the first without which the client is refused otherwise (or not at all): r's
+// subscription's Config, its
 // Commit (a Transactional id past franz-go's bound), ProducerOpts (a Transactional subscription's
 // client takes them too), else ClientOpts. A franz-go option in the wrong place
 // (kgo.ConsumeExcludeTopics on a subscription without a Pattern, a session timeout under 100 ms)
 // fails Start with the other problems, not later at the client's creation. franz-go names one
 // problem of a client: the next shows once it is fixed.
-func consumerOptsErr(cfg appConfig, i int, r registration) (option string, err error) {
+func consumerOptsErr(cfg appConfig, i int, r registration, group string) (option string, err error) {
 	refused := func(cfg appConfig, s Subscription) error {
 		if s.mode.txnID == "" {
 			s.mode.txnID = "probe" // an empty one is the Commit check's
 		}
-		c := &consumer{app: &App{cfg: cfg}, idx: i, sub: s, cfg: r.cfg, group: s.group,
+		c := &consumer{app: &App{cfg: cfg}, idx: i, sub: s, cfg: r.cfg, group: group,
 			txnMode: s.mode.kind == modeTxn, manual: s.kind == subPartitions,
 			probed: true, txnPart: kgo.StickyKeyPartitioner(nil)} // no probe: no client comes and goes
-		if s.kind != subPartitions && c.group == "" {
-			c.group = cfg.defaultGroup
-		}
 		// The seeds last: Brokers is checked on its own.
 		return kgo.ValidateOpts(append(c.clientOpts(), kgo.SeedBrokers("127.0.0.1"))...)
 	}
