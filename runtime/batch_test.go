@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // batches records each batch handler call's values, safely from many lanes.
@@ -125,6 +126,56 @@ func TestBatchPerElementOutcomes(t *testing.T) {
 			start(t, app)
 			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 4})
 			require.Equal(t, tc.want, got.flat())
+		})
+	}
+}
+
+// Under Auto, the acked elements behind one that runs again in place (its dead letter was not
+// produced) are marked once it is done, also when it runs again more than once: r01 and r05 are
+// dropped, the first three dead letters fail, and the input is committed to its end while the App
+// runs, not only by a Shutdown (helper-109: Auto stayed at 2, and the acked r02–r07 were handled
+// again after a graceful restart). Under ByPartition the batches are exact: r01 and r05 run again
+// together, then r01 alone.
+func TestAutoBatchMarksTheElementsBehindAnInPlaceRetry(t *testing.T) {
+	for _, o := range []runtime.Ordering{runtime.ByPartition, runtime.Unordered} {
+		t.Run(o.String(), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("dlq", 1))
+			c.ProduceValues(t, "in", 0, values("r", 8)...)
+			fault := c.FailProduce("dlq", 3, kerr.InvalidRecord)
+			var got batches
+			app := runtime.New(appOpts(c)...)
+			runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Auto), 8,
+				runtime.BatchHandlerFunc(func(_ context.Context, ds []*runtime.Delivery) []error {
+					got.add(ds)
+					out := make([]error, len(ds))
+					for i, d := range ds {
+						if v := string(d.Record().Value); v == "r01" || v == "r05" {
+							out[i] = runtime.Drop(errors.New("poison"))
+						}
+					}
+					return out
+				}), runtime.DeadLetter("dlq"), o, fastBackoff)
+			start(t, app)
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 8})
+			require.Equal(t, 3, fault.Hits())
+			stop(t, app)
+			require.Equal(t, map[int32]int64{0: 8}, c.Committed(t, "g", "in"))
+			var dead []string
+			for _, r := range c.ReadAll(t, "dlq", true) {
+				dead = append(dead, string(r.Value))
+			}
+			require.ElementsMatch(t, []string{"r01", "r05"}, dead)
+			if o == runtime.ByPartition {
+				require.Equal(t, [][]string{values("r", 8), {"r01", "r05"}, {"r01"}}, got.all())
+				return
+			}
+			flat := got.flat() // the three failures fall on r01 and r05 in some order
+			require.Len(t, flat, 8+3)
+			runs := map[string]int{}
+			for _, v := range flat {
+				runs[v]++
+			}
+			require.Equal(t, 5, runs["r01"]+runs["r05"])
 		})
 	}
 }

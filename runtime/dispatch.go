@@ -209,7 +209,7 @@ type unit struct {
 func (u *unit) busy() bool { return u.taken > 0 || u.parked || u.blocked }
 
 // An item is one held record. Items are allocated in a slab per poll and partition (push), so
-// keep them small: 96 bytes.
+// keep them small: 104 bytes.
 type item struct {
 	rec     *kgo.Record // the handler's to read (and, against the docs, to change): the runtime reads off and epoch
 	off     int64       // rec's offset when admitted: what the runtime marks, counts and reports
@@ -227,6 +227,11 @@ type item struct {
 	foreign bool          // a retry copy made by another group: settled without the handler
 	alone   bool          // handled out of order, in a unit of its own: a retry copy of this group
 	rewinds uint32        // Auto, Tracked: ps's rewinds when admitted (see stale)
+	// Auto, a batch's element not done (an in-place retry): the offset after the highest done
+	// element of its partition that waited behind it, 0 for none, and that element's leader epoch:
+	// marked once it is done (consumer.markBatch).
+	after      int64
+	afterEpoch int32
 }
 
 type action uint8

@@ -74,7 +74,9 @@ func Handle(app *App, sub Subscription, h Handler, opts ...HandleOption) {
 func Workers(n int) HandleOption { return handleOption(func(c *handleConfig) { c.workers = n }) }
 
 // An Ordering says which records must be handled one at a time, in offset order (DESIGN §3.6). It
-// is a HandleOption: Handle(app, sub, h, Workers(8), ByKey).
+// is a HandleOption: Handle(app, sub, h, Workers(8), ByKey). A BatchHandler's elements settle
+// one by one after the batch returns: an element retried in place runs again after the elements
+// behind it in its batch settled (docs/batches.md).
 type Ordering uint8
 
 const (

@@ -335,20 +335,43 @@ func (c *consumer) markDone(it *item) {
 }
 
 // markBatch marks, under Auto, what a batch's settled elements allow: per partition, every done
-// element before the first one that is not done (markDone keeps the highest).
+// element before the first one that is not done (markDone keeps the highest). An element not done
+// (an in-place retry: its dead letter or copy was not produced, its handler was cancelled) carries
+// the position of the done elements behind it, up to the next one not done (item.after), and
+// marks it once it is done itself, in a later batch, or carries it on to an element not done
+// before it there (helper-109: the acked elements behind a failed dead letter were never marked,
+// and a graceful Shutdown committed below them). A stale element is neither marked nor carried.
 func (c *consumer) markBatch(items []*item) {
 	if c.tracked || c.txnMode {
 		return
 	}
-	var stopped []*partState // partitions with an element not done: nothing after it is marked
+	var behind []*item // per partition, the last element not done so far: the done ones wait behind it
 	for _, it := range items {
+		i := slices.IndexFunc(behind, func(w *item) bool { return w.ps == it.ps })
 		switch {
-		case slices.Contains(stopped, it.ps):
+		case it.act != actDone && i < 0:
+			behind = append(behind, it)
 		case it.act != actDone:
-			stopped = append(stopped, it.ps)
+			behind[i] = it
+		case it.stale():
+		case i >= 0:
+			behind[i].carry(kgo.EpochOffset{Epoch: it.epoch, Offset: it.off + 1})
+			behind[i].carry(kgo.EpochOffset{Epoch: it.afterEpoch, Offset: it.after})
 		default:
 			c.markDone(it)
+			if it.after > 0 && it.ps.markDone(kgo.EpochOffset{Epoch: it.afterEpoch, Offset: it.after - 1}, it.rewinds) {
+				c.kick()
+			}
 		}
+	}
+}
+
+// carry raises the position an element not done carries for the done elements behind it
+// (item.after) to pos, the offset after one of them and its leader epoch, in franz-go's order
+// (kgo.EpochOffset.Less); a zero offset carries nothing.
+func (it *item) carry(pos kgo.EpochOffset) {
+	if pos.Offset > 0 && (it.after == 0 || (kgo.EpochOffset{Epoch: it.afterEpoch, Offset: it.after}).Less(pos)) {
+		it.after, it.afterEpoch = pos.Offset, pos.Epoch
 	}
 }
 

@@ -43,9 +43,12 @@ const (
 	OutcomeForeignCopy                      // a retry copy made by another group: settled unhandled
 )
 
-// String returns the outcome's name, e.g. "ack".
+// String returns the outcome's name, e.g. "ack": "none" for the zero Outcome (a SettledEvent's
+// Reason, but for a dead letter), "unknown" for a value past OutcomeForeignCopy.
 func (o Outcome) String() string {
 	switch o {
+	case 0:
+		return "none"
 	case OutcomeAck:
 		return "ack"
 	case OutcomeDrop:
