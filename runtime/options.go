@@ -137,9 +137,9 @@ func MaxPollRecords(n int) Option {
 // App's producer is not transactional), kgo.ManualFlushing (a Publish waits for its
 // acknowledgement: nothing would flush it) or kgo.DefaultProduceTopicAlways (records would leave
 // for another topic than the one named), here or in ClientOpts; on a consumer or group option
-// here; or on options franz-go rejects. A Publish before Start fails on them too. A linger delays
-// the check of a Publish's ctx: franz-go looks at it when it cuts the record's batch. A
-// kgo.RecordPartitioner here or in ClientOpts partitions everything Tidemark's clients produce,
+// here; or on options franz-go rejects. A Publish before Start fails on them too. Under a linger,
+// a Publish whose ctx ends while its record waits in a batch behind another returns
+// ErrUnconfirmed, and the record goes out with the batch (App.Publish). A kgo.RecordPartitioner here or in ClientOpts partitions everything Tidemark's clients produce,
 // except retry copies going back to their source partition. QueueTimeout counts records against
 // MaxBufferedRecords; with kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded
 // by its ctx (and Shutdown), not by QueueTimeout. A nil option fails Start with a *ConfigError

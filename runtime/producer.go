@@ -23,6 +23,13 @@ var (
 	// closed may have been written all the same.
 	ErrUnflushed = errors.New("tidemark: produced records not flushed")
 
+	// ErrUnconfirmed is wrapped, with ctx's error, by a Publish whose ctx ended before the brokers
+	// answered for its record: franz-go holds the record until an answer, so it may be written all
+	// the same (an idempotent producer does not take back a request it sent, and franz-go reads a
+	// record's ctx only while the record leads its batch). The record stays franz-go's until then,
+	// counted by App.Pending: publish a new record rather than that one again.
+	ErrUnconfirmed = errors.New("tidemark: publish not confirmed by the brokers")
+
 	errNilRecord = errors.New("tidemark: publish: nil record")
 )
 
@@ -41,7 +48,7 @@ type producer struct {
 	purges sync.WaitGroup // purges of re-created topics (topicRecreated) under way
 
 	pending   atomic.Int64 // produced and not yet acknowledged or failed
-	unflushed atomic.Int64 // records the close failed (ErrClientClosed): each of their Publishes returned ErrUnflushed
+	unflushed atomic.Int64 // records the close failed (ErrClientClosed): their Publishes returned ErrUnflushed (or ErrUnconfirmed before)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -55,14 +62,19 @@ type producer struct {
 
 // Publish produces r and waits for the brokers' acknowledgement (acks=all, idempotent). With the
 // ctx of a Transactional handler, r is produced inside that handler's transaction (DESIGN §3.4),
-// and a publish after the window ended fails with ErrWindowClosed. ctx bounds
-// the wait for buffer space and the time r may wait unsent in the buffer (franz-go checks it when
-// it cuts r's batch: a ProducerLinger adds up to its length); once a request carrying r
-// is sent it is not cancelled (an idempotent producer cannot know whether the broker wrote it), so
-// Publish may return after ctx ends. QueueTimeout bounds the wait for buffer space (ErrQueueFull),
-// in a transaction too (the window then aborts, as on any failed publish).
-// r.Context is franz-go's: when it is nil, Produce sets it to ctx for the publish, and Publish
-// clears it again afterwards, so a failed r can be published again with a new ctx. r goes to
+// and a publish after the window ended fails with ErrWindowClosed. ctx bounds the whole call:
+// the wait for buffer space and the wait for the brokers' answer. When ctx ends before the
+// answer, Publish waits up to 100 ms more for franz-go to fail r (it does at once for a record it
+// has not sent that waits for its topic's metadata), then returns an error wrapping
+// ErrUnconfirmed and ctx's error: r may be written all the same (a request carrying r is never
+// taken back, and a record that does not lead its batch goes out with it), and it stays
+// franz-go's until franz-go is done with it (App.Pending counts it; Shutdown's flush waits for it
+// up to FlushTimeout). In a transaction the window then aborts,
+// as on any failed publish, so nothing r's window wrote commits. QueueTimeout bounds the wait for
+// buffer space (ErrQueueFull), in a transaction too.
+// r.Context is franz-go's: when it is nil, Produce sets it to ctx for the publish, and it is
+// cleared again once franz-go is done with r, so a failed r can be published again with a new ctx
+// (not one whose Publish returned ErrUnconfirmed: franz-go may still hold it). r goes to
 // the partition the RecordPartitioner of ProducerOpts or ClientOpts chooses (with none, keys
 // hashed as Kafka's Java client does, keyless records spread by StickyKeyPartitioner), so
 // r.Partition counts only under a partitioner that reads it, such as kgo.ManualPartitioner.
@@ -106,6 +118,9 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 	if err != nil {
 		return err
 	}
+	if ctx.Err() != nil { // nothing handed to franz-go: not ErrUnconfirmed
+		return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, ctxError(ctx))
+	}
 	if err := acquireSlot(ctx, slots, p.app.cfg.queueTimeout); err != nil {
 		return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, err)
 	}
@@ -118,9 +133,12 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 	p.sent.Add(1) // before close sets closed: its Wait sees this record
 	p.pending.Add(1)
 	p.mu.RUnlock()
-	own := r.Context == nil // franz-go sets it to ctx: cleared again once the promise has run
+	own, topic := r.Context == nil, r.Topic // franz-go sets Context to ctx: cleared in the promise
 	done := make(chan error, 1)
 	cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		if own {
+			r.Context = nil
+		}
 		<-slots
 		if errors.Is(err, kgo.ErrClientClosed) {
 			p.unflushed.Add(1)
@@ -129,17 +147,38 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 		p.sent.Done()
 		done <- err
 	})
-	err = withCause(ctx, <-done)
-	if own {
-		r.Context = nil
-	}
-	if err != nil {
-		if errors.Is(err, kgo.ErrClientClosed) {
-			return fmt.Errorf("tidemark: publish to %q: %w: %w", r.Topic, ErrUnflushed, err)
-		}
-		return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, err)
+	switch err = awaitProduce(ctx, done); {
+	case errors.Is(err, kgo.ErrClientClosed):
+		return fmt.Errorf("tidemark: publish to %q: %w: %w", topic, ErrUnflushed, err)
+	case err != nil:
+		return fmt.Errorf("tidemark: publish to %q: %w", topic, err)
 	}
 	return nil
+}
+
+// answerGrace is how long a publish whose ctx ended still waits for franz-go's answer: franz-go
+// fails a record it has not sent once its ctx ends (at once while the record waits for its
+// topic's metadata; when it cuts the record's batch otherwise), a definite answer worth the wait.
+const answerGrace = 100 * time.Millisecond
+
+// awaitProduce waits for a produce's answer on done, or for ctx's end and answerGrace after it, and
+// returns the answer (with ctx's cause beside a failure ctx's end made: withCause), or, with no
+// answer by then, an error wrapping ErrUnconfirmed and ctx's error (ctxError): the produce goes on
+// in franz-go.
+func awaitProduce(ctx context.Context, done <-chan error) error {
+	select {
+	case err := <-done:
+		return withCause(ctx, err)
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(answerGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return withCause(ctx, err)
+	case <-t.C:
+		return fmt.Errorf("%w: %w", ErrUnconfirmed, ctxError(ctx))
+	}
 }
 
 // acquireSlot waits for buffer space: a slot of slots, which hold one per record franz-go may

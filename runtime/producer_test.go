@@ -82,6 +82,62 @@ func TestPublishFailsWithErrQueueFullPastQueueTimeout(t *testing.T) {
 	require.Len(t, c.ReadAll(t, "out", true), 2)
 }
 
+// A Publish returns once its ctx ends, whatever the brokers do (helper-110: with the cluster gone,
+// a Publish with a 200 ms ctx waited 4.5 s, until Shutdown; a record behind another in a lingering
+// batch returned nil 486 ms after its ctx ended). It says ErrUnconfirmed beside ctx's error: the
+// record stays franz-go's, counted by Pending, and may be written all the same, as both records
+// here are once the cluster answers.
+func TestAPublishReturnsWhenItsCtxEndsBeforeTheBrokersAnswer(t *testing.T) {
+	publish := func(t *testing.T, app *runtime.App, ctx context.Context, r *kgo.Record) error {
+		t.Helper()
+		res := make(chan error, 1)
+		go func() { res <- app.Publish(ctx, r) }()
+		select {
+		case err := <-res:
+			return err
+		case <-time.After(kfaketest.WaitTimeout):
+			t.Fatal("Publish did not return after its ctx ended")
+			return nil
+		}
+	}
+	short := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	t.Run("the brokers hold it", func(t *testing.T) {
+		c := kfaketest.New(t, kfaketest.Topic("out", 1))
+		app := runtime.New(appOpts(c)...)
+		t.Cleanup(func() { _ = app.Shutdown(context.Background()) })
+		release := c.HoldProduce()
+		defer release()
+		r := &kgo.Record{Topic: "out", Value: []byte("held")}
+		err := publish(t, app, short(t), r)
+		require.ErrorIs(t, err, runtime.ErrUnconfirmed)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.EqualError(t, err, `tidemark: publish to "out": tidemark: publish not confirmed by the brokers: context deadline exceeded`)
+		require.Equal(t, int64(1), app.Pending(), "franz-go still holds it")
+		release()
+		require.Eventually(t, func() bool { return app.Pending() == 0 }, kfaketest.WaitTimeout, time.Millisecond)
+		require.Nil(t, r.Context, "cleared once franz-go was done with it")
+		require.Equal(t, []string{"held"}, readValues(t, c, "out"), "unconfirmed, written all the same")
+	})
+	t.Run("it does not lead its batch", func(t *testing.T) {
+		c := kfaketest.New(t, kfaketest.Topic("out", 1))
+		app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.ProducerLinger(time.Second)))...)
+		t.Cleanup(func() { _ = app.Shutdown(context.Background()) })
+		first := make(chan error, 1)
+		go func() { first <- app.Publish(context.Background(), &kgo.Record{Topic: "out", Value: []byte("first")}) }()
+		require.Eventually(t, func() bool { return app.Pending() == 1 }, kfaketest.WaitTimeout, time.Millisecond)
+		err := publish(t, app, short(t), &kgo.Record{Topic: "out", Value: []byte("second")})
+		require.ErrorIs(t, err, runtime.ErrUnconfirmed)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NoError(t, <-first)
+		require.Eventually(t, func() bool { return app.Pending() == 0 }, kfaketest.WaitTimeout, time.Millisecond)
+		require.Equal(t, []string{"first", "second"}, readValues(t, c, "out"), "franz-go sent it with its batch")
+	})
+}
+
 // Shutdown flushes within FlushTimeout; what the brokers did not confirm is counted and reported
 // with ErrUnflushed, and publishes after Shutdown fail with ErrClosed (DESIGN §3.7, §3.9).
 func TestShutdownReportsUnflushedRecordsAndRefusesLaterPublishes(t *testing.T) {
@@ -140,7 +196,8 @@ func TestShutdownEndsAPublishWaitingForBufferedBytes(t *testing.T) {
 }
 
 // A record whose Publish failed can be published again with a new ctx: Publish does not leave the
-// first ctx in r.Context, where franz-go would find it ended and fail the record at once.
+// first ctx in r.Context, where franz-go would find it ended and fail the record at once. franz-go
+// fails it once its ctx ends, as it waits for its topic's metadata: Publish returns that answer.
 func TestPublishTheSameRecordAgainAfterItsCtxEnded(t *testing.T) {
 	c := kfaketest.New(t)
 	app := runtime.New(appOpts(c)...)
@@ -148,7 +205,11 @@ func TestPublishTheSameRecordAgainAfterItsCtxEnded(t *testing.T) {
 	r := &kgo.Record{Topic: "later", Value: []byte("v")}
 	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	require.ErrorIs(t, app.Publish(short, r), context.DeadlineExceeded, "the topic does not exist yet")
+	err := app.Publish(short, r)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the topic does not exist yet")
+	if errors.Is(err, runtime.ErrUnconfirmed) { // franz-go's answer came after answerGrace: a loaded machine
+		require.Eventually(t, func() bool { return app.Pending() == 0 }, kfaketest.WaitTimeout, time.Millisecond)
+	}
 	require.Nil(t, r.Context)
 	c.CreateTopic(t, "later", 1)
 	ctx, cancel2 := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)

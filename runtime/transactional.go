@@ -77,7 +77,8 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	if pubs != nil {
 		pubs.made.Add(1)
 	}
-	own := r.Context == nil // franz-go sets it to ctx: cleared again once the promise has run
+	topic := r.Topic
+	own := r.Context == nil // franz-go sets it to ctx: cleared in the promise
 	done := make(chan error, 1)
 	slots := tw.c.txnSlots
 	// Outside the window's guard, so that Close does not wait for it. A publish that fails here
@@ -90,18 +91,22 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 		pending := &tw.c.app.prod.pending // App.Pending counts these publishes too
 		if err = tw.w.Produce(func() {
 			pending.Add(1)
-			tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) { <-slots; pending.Add(-1); done <- err })
+			tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if own {
+					r.Context = nil // so r can be published again, in the next window, with its own ctx
+				}
+				<-slots
+				pending.Add(-1)
+				done <- err
+			})
 		}); err != nil {
 			<-slots
-			return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, err)
+			return fmt.Errorf("tidemark: publish to %q: %w", topic, err)
 		}
-		err = withCause(ctx, <-done)
-	}
-	if own {
-		r.Context = nil // so r can be published again, in the next window, with its own ctx
+		err = awaitProduce(ctx, done) // ctx ended first (ErrUnconfirmed): the window aborts below, whatever comes of r
 	}
 	if err != nil {
-		err = fmt.Errorf("tidemark: publish to %q in a transaction: %w", r.Topic, err)
+		err = fmt.Errorf("tidemark: publish to %q in a transaction: %w", topic, err)
 		if pubs != nil && tw.w.Aborted() == nil { // else it may have failed because of the abort (its ctx ended)
 			pubs.failed.CompareAndSwap(nil, &err)
 		}
