@@ -69,9 +69,9 @@ type producer struct {
 // ErrUnconfirmed and ctx's error: r may be written all the same (a request carrying r is never
 // taken back, and a record that does not lead its batch goes out with it), and it stays
 // franz-go's until franz-go is done with it (App.Pending counts it; Shutdown's flush waits for it
-// up to FlushTimeout). In a transaction the window then aborts,
-// as on any failed publish, so nothing r's window wrote commits. QueueTimeout bounds the wait for
-// buffer space (ErrQueueFull), in a transaction too.
+// up to FlushTimeout). In a transaction the window then aborts, as on any failed publish, so
+// nothing r's window wrote commits. QueueTimeout bounds the wait for buffer space
+// (ErrQueueFull), in a transaction too.
 // r.Context is franz-go's: when it is nil, Produce sets it to ctx for the publish, and it is
 // cleared again once franz-go is done with r, so a failed r can be published again with a new ctx
 // (not one whose Publish returned ErrUnconfirmed: franz-go may still hold it). r goes to
