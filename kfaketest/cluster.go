@@ -119,8 +119,10 @@ type Cluster struct {
 	adminMu  sync.RWMutex // read-held around kfake's admin calls, which Close (write) must not race: they would block for good
 
 	mu       sync.Mutex
-	releases []func()       // HoldProduce releases, run by Close
-	asleep   sync.WaitGroup // held Produce requests asleep in kfake's SleepControl; added to under mu while !closed
+	releases []func()        // HoldProduce releases, run by Close
+	holds    []chan struct{} // HoldProduce holds not released yet, oldest first
+	holding  bool            // holdProduce, the holds' control, is installed
+	asleep   sync.WaitGroup  // held Produce requests asleep in kfake's SleepControl; added to under mu while !closed
 	closed   bool
 	spawned  int      // Spawn calls, for InstanceIDs
 	created  []string // connected: topics the Cluster created, deleted by Close

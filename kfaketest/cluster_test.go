@@ -3,6 +3,8 @@ package kfaketest_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -335,4 +337,81 @@ func addPartitions(t *testing.T, c *kfaketest.Cluster, topic string, n int) {
 	resp, err := kadm.NewClient(cl).CreatePartitions(t.Context(), n, topic)
 	require.NoError(t, err)
 	require.NoError(t, resp.Error())
+}
+
+// Holds may overlap and follow one another while a request is held: a held request goes on once
+// every hold is released, and each is written once. A request used to sleep once per hold it met
+// in kfake's SleepControl, and a second sleep of one request races inside kfake (helper-112).
+func TestHoldProduceOverlapping(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	arrived := make(chan struct{}, 100)
+	c.Kfake().ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.Kfake().KeepControl()
+		arrived <- struct{}{}
+		return nil, nil, false
+	})
+	for i := range 20 {
+		first := c.HoldProduce()
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.ProduceValuesContext(context.Background(), "t", 0, fmt.Sprint(i))
+			done <- err
+		}()
+		<-arrived
+		second := c.HoldProduce()
+		first()
+		third := c.HoldProduce()
+		second()
+		third()
+		require.NoError(t, <-done)
+		require.Equal(t, map[int32]int64{0: int64(i + 1)}, c.HighWatermarks(t, "t"))
+	}
+}
+
+// Holds placed and released back to back while producers keep sending: every record is written
+// once, and nothing races. With a control per hold, kfake raced on a request that slept in two
+// holds' controls (helper-112), and this test hung: a released hold's control stayed installed
+// until a request came, so fast holds piled them up.
+func TestHoldProduceOnAndOff(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 4))
+	const producers, each = 8, 25
+	var wg sync.WaitGroup
+	for p := range producers {
+		cl, err := kgo.NewClient(c.ClientOpts()...)
+		require.NoError(t, err)
+		t.Cleanup(cl.Close)
+		wg.Go(func() {
+			for i := range each {
+				r := &kgo.Record{Topic: "t", Partition: int32(p % 4), Value: fmt.Appendf(nil, "%d-%d", p, i)}
+				require.NoError(t, cl.ProduceSync(context.Background(), r).FirstErr())
+			}
+		})
+	}
+	stop := make(chan struct{})
+	toggled := make(chan struct{})
+	go func() {
+		defer close(toggled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			first := c.HoldProduce()
+			second := c.HoldProduce()
+			first()
+			second()
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-toggled
+	seen := map[string]int{}
+	for _, r := range c.ReadAll(t, "t", true) {
+		seen[string(r.Value)]++
+	}
+	require.Len(t, seen, producers*each)
+	for v, n := range seen {
+		require.Equal(t, 1, n, v)
+	}
 }

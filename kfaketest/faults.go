@@ -1,6 +1,7 @@
 package kfaketest
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -61,14 +62,22 @@ func faultCount(fn string, n int) int {
 
 // HoldProduce holds every Produce request the cluster receives (from any client, including
 // Produce's helper) until release is called, then lets them all proceed in order. Requests that
-// share a connection with a held request wait behind it. Use it to fill a producer's buffer or to
-// run out a flush or queue timeout. release is idempotent and safe to call from any goroutine;
-// Close calls it, so a hold never outlives the cluster.
+// share a connection with a held request wait behind it. Holds may overlap: a request is held until
+// every hold is released, the ones placed while it waited included. Use it to fill a producer's
+// buffer or to run out a flush or queue timeout. release is idempotent and safe to call from any
+// goroutine; Close calls it, so a hold never outlives the cluster.
 func (c *Cluster) HoldProduce() (release func()) {
 	c.kfakeOnly("HoldProduce")
 	held := make(chan struct{})
 	var once sync.Once
-	release = func() { once.Do(func() { close(held) }) }
+	release = func() {
+		once.Do(func() {
+			c.mu.Lock()
+			c.holds = slices.DeleteFunc(c.holds, func(h chan struct{}) bool { return h == held })
+			c.mu.Unlock()
+			close(held)
+		})
+	}
 
 	c.mu.Lock()
 	if c.closed {
@@ -76,25 +85,44 @@ func (c *Cluster) HoldProduce() (release func()) {
 		return release
 	}
 	c.releases = append(c.releases, release)
+	c.holds = append(c.holds, held)
+	install := !c.holding
+	c.holding = true
 	c.mu.Unlock()
-
-	c.k.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		select {
-		case <-held:
-			c.k.DropControl() // released: this control is done, the request goes on
-			return nil, nil, false
-		default:
-		}
-		c.mu.Lock()
-		if c.closed { // Close released the hold already
-			c.mu.Unlock()
-			return nil, nil, false
-		}
-		c.asleep.Add(1)
-		c.mu.Unlock()
-		c.k.SleepControl(func() { <-held }) // other connections proceed meanwhile
-		c.asleep.Done()
-		return nil, nil, false
-	})
+	if install {
+		c.k.ControlKey(int16(kmsg.Produce), c.holdProduce)
+	}
 	return release
+}
+
+// holdProduce is the one control of HoldProduce, installed with the first hold and kept: a Produce
+// request that arrives while a hold is in place sleeps, once, until none is. One control per hold
+// would put a request woken by one release to sleep again in the next hold's control, and kfake
+// (v0.0.0-20260918054303) races on a request that sleeps twice (bsleep.enqueue against waitQueue,
+// helper-112).
+func (c *Cluster) holdProduce(kmsg.Request) (kmsg.Response, error, bool) {
+	c.k.KeepControl()
+	c.mu.Lock()
+	if c.closed || len(c.holds) == 0 { // Close released the holds already
+		c.mu.Unlock()
+		return nil, nil, false
+	}
+	c.asleep.Add(1)
+	c.mu.Unlock()
+	c.k.SleepControl(func() { // other connections proceed meanwhile
+		for {
+			c.mu.Lock()
+			var next chan struct{}
+			if len(c.holds) > 0 {
+				next = c.holds[0]
+			}
+			c.mu.Unlock()
+			if next == nil {
+				return
+			}
+			<-next
+		}
+	})
+	c.asleep.Done()
+	return nil, nil, false
 }
