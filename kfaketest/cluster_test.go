@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -66,6 +67,53 @@ func TestReadAllCommittedStopsAtOpenTransaction(t *testing.T) {
 	require.Equal(t, []string{"a", "pending", "b"}, values(c.ReadAll(t, "t", false)))
 	require.NoError(t, cl.EndTransaction(t.Context(), kgo.TryAbort))
 	require.Equal(t, []string{"a", "b"}, values(c.ReadAll(t, "t", true)))
+}
+
+// A read_committed read whose last record below the last stable offset was aborted, its abort
+// marker behind another producer's open transaction, ends once that transaction ends: it used to
+// wait for the aborted record, which read_committed never delivers, until its ctx ended
+// (helper-111).
+func TestReadAllCommittedEndsPastAnAbortedRecord(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("t", 1))
+	txn := func(id string) *kgo.Client {
+		cl, err := kgo.NewClient(append(c.ClientOpts(), kgo.TransactionalID(id))...)
+		require.NoError(t, err)
+		t.Cleanup(cl.Close)
+		require.NoError(t, cl.BeginTransaction())
+		return cl
+	}
+	aborted, open := txn("aborted"), txn("open")
+	require.NoError(t, aborted.ProduceSync(t.Context(), &kgo.Record{Topic: "t", Value: []byte("aborted")}).FirstErr())
+	require.NoError(t, open.ProduceSync(t.Context(), &kgo.Record{Topic: "t", Value: []byte("open")}).FirstErr())
+	require.NoError(t, aborted.EndTransaction(t.Context(), kgo.TryAbort)) // its marker after "open": the last stable offset stays 1
+	fetching := make(chan struct{}, 1)
+	c.Kfake().ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.Kfake().KeepControl()
+		select {
+		case fetching <- struct{}{}:
+		default:
+		}
+		return nil, nil, false
+	})
+	type result struct {
+		recs []*kgo.Record
+		err  error
+	}
+	read := make(chan result, 1)
+	go func() {
+		recs, err := c.ReadAllContext(t.Context(), "t", true)
+		read <- result{recs, err}
+	}()
+	<-fetching // the read has its end: 1
+	require.NoError(t, open.EndTransaction(t.Context(), kgo.TryCommit))
+	select {
+	case r := <-read:
+		require.NoError(t, r.err)
+		require.Empty(t, r.recs, "nothing committed below the end the read took")
+	case <-time.After(kfaketest.WaitTimeout):
+		t.Fatal("the read did not end after the open transaction did")
+	}
+	require.Equal(t, []string{"open"}, values(c.ReadAll(t, "t", true)))
 }
 
 // Keyed records hash as franz-go's default partitioner does; keyless records and ProduceTo
