@@ -95,13 +95,13 @@ func (c *Cluster) HoldProduce() (release func()) {
 	return release
 }
 
-// holdProduce is the one control of HoldProduce, installed with the first hold and kept: a Produce
-// request that arrives while a hold is in place sleeps, once, until none is. One control per hold
-// would put a request woken by one release to sleep again in the next hold's control, and kfake
+// holdProduce is the one control of HoldProduce, installed with the first hold and kept (it never
+// handles a request, and kfake keeps a control that does not): a Produce request that arrives
+// while a hold is in place sleeps, once, until none is. One control per hold would put a request
+// woken by one release to sleep again in the next hold's control, and kfake
 // (v0.0.0-20260918054303) races on a request that sleeps twice (bsleep.enqueue against waitQueue,
 // helper-112).
 func (c *Cluster) holdProduce(kmsg.Request) (kmsg.Response, error, bool) {
-	c.k.KeepControl()
 	c.mu.Lock()
 	if c.closed || len(c.holds) == 0 { // Close released the holds already
 		c.mu.Unlock()

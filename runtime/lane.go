@@ -327,9 +327,10 @@ func (c *consumer) invoke(ctx context.Context, it *item, d *Delivery) (perr *Pan
 // committer marks nothing more for it, since another member may own it (DESIGN §3.7). A stale
 // record (item.stale: one in its handler as a rewind came) is not marked: its old leader epoch's
 // position would pass the records the rewind fetches again, not handled yet (partState.markDone
-// checks after loading its cell, which a rewind renews).
+// checks after loading its cell, which a rewind renews). A batch's element marks the done elements
+// it carries with it (item.last).
 func (c *consumer) markDone(it *item) {
-	if !c.tracked && !c.txnMode && it.ps.markDone(kgo.EpochOffset{Epoch: it.epoch, Offset: it.off}, it.rewinds) {
+	if !c.tracked && !c.txnMode && it.ps.markDone(it.last(), it.rewinds) {
 		c.kick()
 	}
 }
@@ -355,23 +356,29 @@ func (c *consumer) markBatch(items []*item) {
 			behind[i] = it
 		case it.stale():
 		case i >= 0:
-			behind[i].carry(kgo.EpochOffset{Epoch: it.epoch, Offset: it.off + 1})
-			behind[i].carry(kgo.EpochOffset{Epoch: it.afterEpoch, Offset: it.after})
+			behind[i].carry(it.last())
 		default:
 			c.markDone(it)
-			if it.after > 0 && it.ps.markDone(kgo.EpochOffset{Epoch: it.afterEpoch, Offset: it.after - 1}, it.rewinds) {
-				c.kick()
-			}
 		}
 	}
 }
 
+// last returns the position (leader epoch, offset) of the highest record it's mark covers: its
+// own, or that of the done elements it carries (item.after), whichever is higher in franz-go's
+// order (kgo.EpochOffset.Less).
+func (it *item) last() kgo.EpochOffset {
+	own := kgo.EpochOffset{Epoch: it.epoch, Offset: it.off}
+	if carried := (kgo.EpochOffset{Epoch: it.afterEpoch, Offset: it.after - 1}); it.after > 0 && own.Less(carried) {
+		return carried
+	}
+	return own
+}
+
 // carry raises the position an element not done carries for the done elements behind it
-// (item.after) to pos, the offset after one of them and its leader epoch, in franz-go's order
-// (kgo.EpochOffset.Less); a zero offset carries nothing.
+// (item.after) to pos, a done record's position.
 func (it *item) carry(pos kgo.EpochOffset) {
-	if pos.Offset > 0 && (it.after == 0 || (kgo.EpochOffset{Epoch: it.afterEpoch, Offset: it.after}).Less(pos)) {
-		it.after, it.afterEpoch = pos.Offset, pos.Epoch
+	if it.after == 0 || (kgo.EpochOffset{Epoch: it.afterEpoch, Offset: it.after - 1}).Less(pos) {
+		it.after, it.afterEpoch = pos.Offset+1, pos.Epoch
 	}
 }
 

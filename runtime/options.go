@@ -139,8 +139,9 @@ func MaxPollRecords(n int) Option {
 // for another topic than the one named), here or in ClientOpts; on a consumer or group option
 // here; or on options franz-go rejects. A Publish before Start fails on them too. Under a linger,
 // a Publish whose ctx ends while its record waits in a batch behind another returns
-// ErrUnconfirmed, and the record goes out with the batch (App.Publish). A kgo.RecordPartitioner here or in ClientOpts partitions everything Tidemark's clients produce,
-// except retry copies going back to their source partition. QueueTimeout counts records against
+// ErrUnconfirmed, and the record goes out with the batch (App.Publish). A kgo.RecordPartitioner
+// here or in ClientOpts partitions everything Tidemark's clients produce, except retry copies
+// going back to their source partition. QueueTimeout counts records against
 // MaxBufferedRecords; with kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded
 // by its ctx (and Shutdown), not by QueueTimeout. A nil option fails Start with a *ConfigError
 // naming ProducerOpts and its position in this call, from 1.
