@@ -11,8 +11,9 @@ import (
 
 // A BatchHandler processes a batch of records from one subscription and returns one error per
 // element, in order: element i's error settles element i as a Handler's would (nil acks, Drop,
-// Retry, RetryAfter). A short result retries the uncovered elements; entries past the batch are
-// ignored; both are logged (DESIGN §3.5). Up to Workers(k) batches run at once.
+// Retry, RetryAfter). A short result retries the uncovered elements, so a nil result retries them
+// all (make([]error, len(ds)) acks them all); entries past the batch are ignored; both are logged
+// (DESIGN §3.5). Up to Workers(k) batches run at once.
 type BatchHandler interface {
 	HandleBatch(ctx context.Context, ds []*Delivery) []error
 }

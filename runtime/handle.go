@@ -207,7 +207,8 @@ func RetryToSource() HandleOption {
 // CommitInterval sets the length of a Transactional window, overriding the default 100 ms: every
 // interval the poll loop stops polling, waits for the window's records, and ends its transaction
 // (DESIGN §3.4). Longer windows mean fewer transactions and more re-read work after an abort. d
-// must be positive; Start fails with a *ConfigError naming CommitInterval otherwise.
+// must be positive; Start fails with a *ConfigError naming CommitInterval otherwise. Auto and
+// Tracked subscriptions ignore it: their commits follow franz-go's AutoCommitInterval.
 func CommitInterval(d time.Duration) HandleOption {
 	return handleOption(func(c *handleConfig) { c.commitInterval = d })
 }
@@ -215,7 +216,7 @@ func CommitInterval(d time.Duration) HandleOption {
 // WindowTimeout bounds how long a Transactional window waits for its records before it aborts,
 // overriding the default 30 s. Keep it below franz-go's TransactionTimeout (40 s by default) and the
 // group's session timeout (DESIGN §3.4). d must be positive; Start fails with a *ConfigError
-// naming WindowTimeout otherwise.
+// naming WindowTimeout otherwise. Auto and Tracked subscriptions ignore it.
 func WindowTimeout(d time.Duration) HandleOption {
 	return handleOption(func(c *handleConfig) { c.windowTimeout = d })
 }

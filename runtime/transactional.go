@@ -363,8 +363,9 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // without counting. The failed delivery is counted for the record's offset, so its next
 // delivery's Attempt grows, the Backoff grows with it, and MaxAttempts applies across aborts; once
 // the attempts are spent (with DeadLetter alone: after the first), the record is settled (dead
-// letter or drop) without the handler when it is read again. It reports whether it handled the
-// delivery.
+// letter or drop) without the handler when it is read again. A RetryAfter(d) pauses the record's
+// partition for d, as its copy would have (helper-113: it was read again after the abort's backoff,
+// about 100 ms). It reports whether it handled the delivery.
 func (c *consumer) retryAbortsWindow(it *item, ev *SettledEvent, pubs *publishes, cause error, after time.Duration) bool {
 	var pubErr error
 	if p := pubs.failed.Load(); p != nil {
@@ -389,6 +390,9 @@ func (c *consumer) retryAbortsWindow(it *item, ev *SettledEvent, pubs *publishes
 	c.countTxnTry(it, spent, cause)
 	ev.Outcome, ev.Err = OutcomeRetry, cause
 	c.abortWindow(it.win, fmt.Errorf("%w: %w", errRetryInWindow, cause))
+	if after > 0 && !spent {
+		c.d.delay(it.ps.tp, time.Now().Add(after)) // its partition waits d, as for a copy (helper-113)
+	}
 	c.settle(it, ev)
 	return true
 }

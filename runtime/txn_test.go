@@ -349,6 +349,44 @@ func TestTransactionalRetryAfter(t *testing.T) {
 	require.GreaterOrEqual(t, second.(time.Time).Sub(first.(time.Time)), 300*time.Millisecond-5*time.Millisecond)
 }
 
+// A RetryAfter(d) from a delivery that published aborts the window instead of making a copy, and
+// its partition waits d all the same before the record is read again; the other partitions go on
+// (helper-113: it was read again after the abort's 100 ms backoff).
+func TestTransactionalRetryAfterThatPublishedWaitsItsDelay(t *testing.T) {
+	const delay = 2 * time.Second
+	c := kfaketest.New(t, kfaketest.Topic("in", 2), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 4, 2) // 0 and 2 on partition 0, 1 and 3 on partition 1
+	var handledAt sync.Map
+	var app *runtime.App
+	app = txnApp(c, "tx-delay", func(*runtime.App) runtime.Handler {
+		return runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			v := string(d.Record().Value)
+			handledAt.Store(fmt.Sprint(v, "#", d.Attempt()), time.Now())
+			if err := app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("out-" + v)}); err != nil {
+				return err
+			}
+			if v == "0" && d.Attempt() == 1 {
+				return runtime.RetryAfter(delay, errors.New("rate limited"))
+			}
+			return nil
+		})
+	})
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	requireOneOutputPerInput(t, c, 4)
+	at := func(key string) time.Time {
+		v, ok := handledAt.Load(key)
+		require.True(t, ok, key)
+		return v.(time.Time)
+	}
+	retried := at("0#2")
+	require.GreaterOrEqual(t, retried.Sub(at("0#1")), delay-5*time.Millisecond, "the delay RetryAfter asked for")
+	for _, v := range []string{"1", "3"} { // partition 1 is read again after the abort, not held for d
+		require.True(t, at(v+"#1").Before(retried), "%s was last handled after the delayed record", v) // its attempt stays 1
+	}
+}
+
 // In the Transactional mode a failed delivery that published, or a retry with no policy, aborts its
 // window: none of its outputs commit, its next delivery's Attempt grows across the aborts, and
 // MaxAttempts applies; windows shrink after aborts so records that fail now and then never stall
