@@ -76,7 +76,10 @@ func Workers(n int) HandleOption { return handleOption(func(c *handleConfig) { c
 // An Ordering says which records must be handled one at a time, in offset order (DESIGN §3.6). It
 // is a HandleOption: Handle(app, sub, h, Workers(8), ByKey). A BatchHandler's elements settle
 // one by one after the batch returns: an element retried in place runs again after the elements
-// behind it in its batch settled (docs/batches.md).
+// behind it in its batch settled (docs/batches.md). A retry copy (MaxAttempts, RetryAfter) is out of
+// order by nature: it runs in a unit of its own, beside or after later records of its partition
+// or key; the record it copies holds those later records until Kafka has acknowledged the copy
+// (docs/retries-and-dead-letters.md, Parked copies).
 type Ordering uint8
 
 const (
@@ -107,8 +110,10 @@ func (o Ordering) String() string {
 
 // MaxInFlightPerPartition bounds the records one partition may hold in the runtime (queued,
 // running, waiting for a retry), overriding the default 1024; 1 to 1,048,576 (a *ConfigError at
-// Start otherwise). A partition at the bound is paused and resumed once it has drained to half
-// (DESIGN §3.6). Under Auto and Tracked, records polled
+// Start otherwise). The bound also applies to the partition's tracker span, from the oldest record
+// in flight to the newest delivered, finished ones in between included: a partition whose oldest
+// record is stuck is paused once that span reaches n, while InFlightEvent.InFlight may read 1. A
+// partition at the bound is paused and resumed once it has drained to half (DESIGN §3.6). Under Auto and Tracked, records polled
 // beyond the bound wait in the partition's backlog (at most about a bound plus one fetch) and the
 // poll loop holds off while that backlog is a full bound; under Transactional one poll can exceed
 // the bound by at most MaxPollRecords. A pause becomes franz-go's PauseFetchPartitions only once
