@@ -247,6 +247,35 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 	}
 }
 
+// A topic one subscription reads and another's RetryTo names, in one group: the error says which
+// of them has it as its RetryTo topic, in either order of registration (helper-115: the text
+// named only the topic).
+func TestASharedRetryToTopicIsNamedAsOne(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		handle func(a *runtime.App)
+		want   string
+	}{
+		{"RetryTo first", func(a *runtime.App) {
+			runtime.Handle(a, runtime.Topic("t"), ack, runtime.RetryTo("r"))
+			runtime.Handle(a, runtime.Topic("r"), ack)
+		}, `tidemark: Topic("r"): shares group "g" and topic "r" with Topic("t") (as its RetryTo topic)`},
+		{"RetryTo second", func(a *runtime.App) {
+			runtime.Handle(a, runtime.Topic("r"), ack)
+			runtime.Handle(a, runtime.Topic("t"), ack, runtime.RetryTo("r"))
+		}, `tidemark: Topic("t"): shares group "g" and topic "r" (its RetryTo topic) with Topic("r")`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := runtime.New(runtime.Logger(testLogger()), runtime.Brokers("127.0.0.1:1"), runtime.DefaultGroup("g"))
+			tc.handle(app)
+			err := app.Start(t.Context())
+			var ce *runtime.ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.EqualError(t, err, tc.want)
+		})
+	}
+}
+
 // A topic named twice in one subscription is reported as such, once, not as a subscription that
 // shares its group and topic with itself; a pattern that is neither anchored nor a regular
 // expression gets both problems.

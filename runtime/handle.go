@@ -113,12 +113,12 @@ func (o Ordering) String() string {
 // Start otherwise). The bound also applies to the partition's tracker span, from the oldest record
 // in flight to the newest delivered, finished ones in between included: a partition whose oldest
 // record is stuck is paused once that span reaches n, while InFlightEvent.InFlight may read 1. A
-// partition at the bound is paused and resumed once it has drained to half (DESIGN §3.6). Under Auto and Tracked, records polled
-// beyond the bound wait in the partition's backlog (at most about a bound plus one fetch) and the
-// poll loop holds off while that backlog is a full bound; under Transactional one poll can exceed
-// the bound by at most MaxPollRecords. A pause becomes franz-go's PauseFetchPartitions only once
-// another partition waits for records and a lane is idle or 100 ms have passed
-// (docs/consumer-internals.md, back-pressure).
+// partition at the bound is paused and resumed once it has drained to half (DESIGN §3.6). Under
+// Auto and Tracked, records polled beyond the bound wait in the partition's backlog (at most about
+// a bound plus one fetch) and the poll loop holds off while that backlog is a full bound; under
+// Transactional one poll can exceed the bound by at most MaxPollRecords. A pause becomes franz-go's
+// PauseFetchPartitions only once another partition waits for records and a lane is idle or 100 ms
+// have passed (docs/consumer-internals.md, back-pressure).
 func MaxInFlightPerPartition(n int) HandleOption {
 	return handleOption(func(c *handleConfig) { c.maxInFlightPerPart = n })
 }
@@ -189,9 +189,10 @@ func DeadLetter(topic string) HandleOption {
 }
 
 // RetryTo sends retry copies to topic, partitioned by the producer's partitioner (keys hashed as
-// franz-go's default does when ProducerOpts and ClientOpts set none), and adds topic to the subscription (same group, handler and mode) so its copies are consumed. Start
-// fails when the topic does not exist or is also the DeadLetter topic. Not for manual-partition
-// subscriptions (use RetryToSource).
+// franz-go's default does when ProducerOpts and ClientOpts set none), and adds topic to the
+// subscription (same group, handler and mode) so its copies are consumed. Start fails when the
+// topic does not exist or is also the DeadLetter topic. Not for manual-partition subscriptions (use
+// RetryToSource).
 func RetryTo(topic string) HandleOption {
 	return handleOption(func(c *handleConfig) {
 		c.retryTo, c.retryToSource = topic, false

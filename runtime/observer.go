@@ -19,10 +19,12 @@ type Observer interface {
 	// copy that is not yet due; a paused partition that is revoked or lost is reported resumed.
 	// Most pauses never reach franz-go's PauseFetchPartitions (docs/consumer-internals.md).
 	Paused(PausedEvent)
-	// Committed: a committed offset the cluster acknowledged.
+	// Committed: a committed offset the cluster acknowledged. The Transactional mode sends none:
+	// its offsets commit inside its transactions (docs/transactions.md).
 	Committed(CommittedEvent)
 	// Rebalanced: partitions were assigned, revoked or lost. For revoked and lost partitions it is
 	// sent once their dispatching has stopped: no record of theirs starts in a handler afterwards.
+	// Manual-partition subscriptions (Partitions) join no group and send none.
 	Rebalanced(RebalancedEvent)
 }
 

@@ -69,11 +69,13 @@ func Retry(err error) error {
 	return &outcome{kind: kindRetry, err: err}
 }
 
-// RetryAfter returns the outcome "handle this record again, not before d": a retry copy is
-// produced at once with the header x-tidemark-not-before = now + d, and a consumer that receives it
-// early parks it until then (DESIGN §3.3). MaxAttempts still applies. err says why; nil is allowed.
-// A delay holds the committed position of the copy's partition for its length: for long delays,
-// RetryTo a dedicated retry topic. In the Transactional mode an attempt that already published
+// RetryAfter returns the outcome "handle this record again, not before d": a retry copy is produced
+// at once with the header x-tidemark-not-before = now + d, and a consumer that receives it early
+// parks it until then (DESIGN §3.3). MaxAttempts still applies. err says why; nil is allowed. A
+// delay holds the committed position of the copy's partition for its length: for long delays,
+// RetryTo a dedicated retry topic. Under Auto and Tracked a copy that cannot be produced leaves the
+// record to be handled again in place after the Backoff, not after d
+// (docs/retries-and-dead-letters.md). In the Transactional mode an attempt that already published
 // makes no copy: its window aborts and the record's partition is paused for d instead
 // (docs/transactions.md, RetryAfter in this mode).
 func RetryAfter(d time.Duration, err error) error {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -121,3 +122,37 @@ func partitionerOf(cl *kgo.Client) kgo.Partitioner {
 type noPartitioner struct{}
 
 func (noPartitioner) ForTopic(string) kgo.TopicPartitioner { return nil }
+
+// partitionWait bounds how long awaitPartition waits for the producer's metadata to list a
+// partition.
+const partitionWait = 5 * time.Second
+
+// awaitPartition reports, after a pinned record to topic's partition failed, whether the producer
+// did not know the partition yet and has learned it since: then the record may be produced again.
+// A partition added to a consumed topic is assigned within the consumer's MetadataMaxAge, but the
+// producer refreshes its own metadata for the topic only every MetadataMaxAge of the App's options
+// (5 minutes by default), and franz-go fails a record whose partition is beyond the count it knows
+// at once (helper-115: every copy to an added partition failed for that long, and spent its
+// record's attempts in place). It forces a metadata refresh and waits, up to partitionWait or
+// ctx's end, for the partition to have a leader.
+func awaitPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32) bool {
+	leader, _, err := cl.PartitionLeader(topic, partition)
+	if leader >= 0 || err != nil || ctx.Err() != nil {
+		return false // known (the failure was another), unloadable, or too late
+	}
+	cl.ForceMetadataRefresh()
+	ctx, cancel := context.WithTimeout(ctx, partitionWait)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond) // franz-go tells of no metadata update: poll its cache
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+		if leader, _, _ := cl.PartitionLeader(topic, partition); leader >= 0 {
+			return true
+		}
+	}
+}

@@ -133,7 +133,9 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 	p.sent.Add(1) // before close sets closed: its Wait sees this record
 	p.pending.Add(1)
 	p.mu.RUnlock()
-	own, topic := r.Context == nil, r.Topic // franz-go sets Context to ctx: cleared in the promise
+	// Read before franz-go has r: a record that ends ErrUnconfirmed stays franz-go's, fields and
+	// all. franz-go sets Context to ctx, cleared in the promise when it was nil.
+	own, topic, pin, partition := r.Context == nil, r.Topic, isPinned(r), r.Partition
 	done := make(chan error, 1)
 	cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 		if own {
@@ -148,6 +150,8 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 		done <- err
 	})
 	switch err = awaitProduce(ctx, done); {
+	case err != nil && pin && !errors.Is(err, ErrUnconfirmed) && awaitPartition(ctx, cl, topic, partition):
+		return p.publish(ctx, r) // a partition added since the producer last read the topic's metadata
 	case errors.Is(err, kgo.ErrClientClosed):
 		return fmt.Errorf("tidemark: publish to %q: %w: %w", topic, ErrUnflushed, err)
 	case err != nil:

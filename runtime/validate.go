@@ -234,10 +234,14 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 			}
 			for _, t := range topics {
 				k := groupTopic{group, t}
-				if other, dup := groupSubs[k]; dup {
-					add(name, "shares group %q and topic %q with %s", group, t, other)
+				own, whose := "", name
+				if !slices.Contains(s.topics, t) {
+					own, whose = " (its RetryTo topic)", name+" (as its RetryTo topic)"
 				}
-				groupSubs[k] = name
+				if other, dup := groupSubs[k]; dup {
+					add(name, "shares group %q and topic %q%s with %s", group, t, own, other)
+				}
+				groupSubs[k] = whose
 			}
 			if s.kind == subPattern { // the same pattern twice: whether or not a topic matches yet
 				k := groupTopic{group, "\x00" + s.pattern}

@@ -1,0 +1,56 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/tidemark-io/tidemark/kfaketest"
+	"github.com/tidemark-io/tidemark/retry"
+	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A retry copy goes back to a partition added while the App runs: the App's producer, which
+// loaded the topic's metadata before (the first copy) and refreshes it only every 5 minutes by
+// default, learns the partition and produces the copy, without handling the record again in place
+// (helper-115: every copy to the added partition failed with "invalid record partitioning choice"
+// and its record spent its attempts in place).
+func TestARetryCopyReachesAPartitionAddedWhileRunning(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "warm")
+	var got calls
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked).Config(kgo.MetadataMaxAge(200*time.Millisecond)),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			got.add(d)
+			if d.Attempt() == 1 {
+				return errors.New("once")
+			}
+			return nil
+		}), runtime.MaxAttempts(3), fastBackoff)
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2}) // "warm" and its copy: the producer knows "in"
+
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 1, "in")
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	c.ProduceValues(t, "in", 1, "new")
+	eventually(t, func() bool { return got.len() == 4 }, "new's second delivery")
+	recs, attempts, _ := got.snapshot()
+	require.Equal(t, []int{1, 2, 1, 2}, attempts)
+	second := recs[3]
+	require.Equal(t, "new", string(second.Value))
+	require.Equal(t, int32(1), second.Partition, "the copy is on the added partition")
+	require.Equal(t, int64(1), second.Offset, "a copy, not the original handled again in place")
+	require.Equal(t, []string{"1"}, hv(second, retry.CountHeader))
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2, 1: 2})
+	stop(t, app)
+	require.Equal(t, map[int32]int64{0: 2, 1: 2}, c.HighWatermarks(t, "in"))
+}
