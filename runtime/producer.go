@@ -30,7 +30,13 @@ var (
 	// counted by App.Pending: publish a new record rather than that one again.
 	ErrUnconfirmed = errors.New("tidemark: publish not confirmed by the brokers")
 
-	errNilRecord = errors.New("tidemark: publish: nil record")
+	// ErrInvalidRecord is wrapped by a Publish of a record that cannot be produced as it is: a nil
+	// record, or one that names no topic when the options set no kgo.DefaultProduceTopic. Nothing
+	// is handed to franz-go.
+	ErrInvalidRecord = errors.New("tidemark: invalid record")
+
+	errNilRecord = fmt.Errorf("%w: nil", ErrInvalidRecord)
+	errNoTopic   = fmt.Errorf("%w: no topic, and no kgo.DefaultProduceTopic in ProducerOpts or ClientOpts", ErrInvalidRecord)
 )
 
 // producer is the App's one producer client. It is created on the first publish, so a
@@ -58,6 +64,7 @@ type producer struct {
 	base     kgo.Partitioner // the user's partitioner (partitionerOf)
 	userLog  kgo.Logger      // the user's kgo.Logger (loggerOf), nil if none
 	probeErr error           // what checkOpts found wrong with the user's options
+	defTopic string          // the user's kgo.DefaultProduceTopic, "" if none
 }
 
 // Publish produces r and waits for the brokers' acknowledgement (acks=all, idempotent). With the
@@ -79,12 +86,16 @@ type producer struct {
 // hashed as Kafka's Java client does, keyless records spread by StickyKeyPartitioner), so
 // r.Partition counts only under a partitioner that reads it, such as kgo.ManualPartitioner.
 // Errors wrap franz-go's (errors.Is works); after Shutdown has closed the producer it returns
-// ErrClosed; a nil r is an error. Publish works before Start too (to seed a topic, say): it opens
+// ErrClosed; a nil r, or one with no topic and no kgo.DefaultProduceTopic in the options, wraps
+// ErrInvalidRecord. A Context r already has is kept: franz-go fails r if it ends before r is sent. Publish works before Start too (to seed a topic, say): it opens
 // the producer, which a failed Start or Shutdown closes, so call Shutdown even on an App that never
 // started.
 func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
 	if r == nil {
 		return errNilRecord
+	}
+	if r.Topic == "" && !a.prod.hasDefaultTopic() {
+		return errNoTopic
 	}
 	if tw := windowOf(ctx); tw != nil {
 		return tw.publish(ctx, r) // a Transactional handler's ctx: into its window's transaction
@@ -297,6 +308,14 @@ func producerClientOpts(cfg appConfig) []kgo.Opt {
 	return append(opts, cfg.producerOpts...)
 }
 
+// hasDefaultTopic reports whether the user's options set kgo.DefaultProduceTopic (checkOpts).
+func (p *producer) hasDefaultTopic() bool {
+	_, _ = p.checkOpts() // its error is Start's, or the publish's when it opens the client
+	p.probeMu.Lock()
+	defer p.probeMu.Unlock()
+	return p.defTopic != ""
+}
+
 // checkOpts checks the user's producer options once, without I/O (probeOpts): franz-go must accept
 // them, and they must keep idempotent writes, and with them acks=all, on: a record is settled once
 // its retry copy, dead-letter record or reply is acknowledged, which must mean written (DESIGN
@@ -323,6 +342,7 @@ func (p *producer) checkOpts() (kgo.Partitioner, error) {
 		if opts := producerClientOpts(p.app.cfg); len(opts) > 0 { // the probe leaves those out
 			errs = append(errs, probeOpts(opts, func(cl *kgo.Client) error {
 				p.base, p.userLog = partitionerOf(cl), loggerOf(cl)
+				p.defTopic, _ = cl.OptValue(kgo.DefaultProduceTopic).(string)
 				return producerClientErr(cl)
 			}))
 		}

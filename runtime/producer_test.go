@@ -23,7 +23,8 @@ func consumeAndAck(app *runtime.App) {
 }
 
 // Publish waits for the brokers' acknowledgement; key, value and headers round-trip byte for byte
-// (DESIGN §3.9). A nil record is an error, and nothing is written for it.
+// (DESIGN §3.9). A nil record, or one with no topic, wraps ErrInvalidRecord, and nothing is
+// written for it.
 func TestPublishRoundTripsKeyValueAndHeaders(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
 	app := runtime.New(appOpts(c)...)
@@ -34,10 +35,13 @@ func TestPublishRoundTripsKeyValueAndHeaders(t *testing.T) {
 	rec := &kgo.Record{Topic: "out", Key: []byte{0, 1, 0xFF}, Value: []byte("v\x00alue"),
 		Headers: []kgo.RecordHeader{{Key: "h1", Value: []byte{0xFE}}, {Key: "h1", Value: nil}, {Key: "", Value: []byte("x")}}}
 	require.NoError(t, app.Publish(ctx, rec))
-	require.EqualError(t, app.Publish(ctx, nil), "tidemark: publish: nil record")
-	err := app.Publish(ctx, &kgo.Record{Value: []byte("no topic")})
-	require.EqualError(t, err, `tidemark: publish to "": cannot produce record with no topic and no default topic`,
-		"the topic is quoted, an empty one too (helper-97)")
+	err := app.Publish(ctx, nil)
+	require.ErrorIs(t, err, runtime.ErrInvalidRecord)
+	require.EqualError(t, err, "tidemark: invalid record: nil")
+	err = app.Publish(ctx, &kgo.Record{Value: []byte("no topic")})
+	require.ErrorIs(t, err, runtime.ErrInvalidRecord, "helper-116: franz-go's own error matched no sentinel")
+	require.EqualError(t, err, "tidemark: invalid record: no topic, and no kgo.DefaultProduceTopic in ProducerOpts or ClientOpts")
+	require.Zero(t, app.Pending())
 	require.NoError(t, runtime.PublishJSON(ctx, app, "out", []byte("k"), map[string]int{"n": 1}))
 	got := c.ReadAll(t, "out", true)
 	require.Len(t, got, 2)
@@ -51,6 +55,20 @@ func TestPublishRoundTripsKeyValueAndHeaders(t *testing.T) {
 	}
 	require.Equal(t, []byte("k"), got[1].Key)
 	require.Equal(t, `{"n":1}`, string(got[1].Value))
+}
+
+// A record with no topic goes to the kgo.DefaultProduceTopic of ProducerOpts.
+func TestPublishWithNoTopicUsesTheDefaultTopic(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.DefaultProduceTopic("out")))...)
+	consumeAndAck(app)
+	start(t, app)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	require.NoError(t, app.Publish(ctx, &kgo.Record{Value: []byte("to the default")}))
+	got := c.ReadAll(t, "out", true)
+	require.Len(t, got, 1)
+	require.Equal(t, "to the default", string(got[0].Value))
 }
 
 // QueueTimeout bounds the wait for buffer space: with the buffer full and the cluster holding
