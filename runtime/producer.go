@@ -32,7 +32,8 @@ var (
 
 	// ErrInvalidRecord is wrapped by a Publish of a record that cannot be produced as it is: a nil
 	// record, or one that names no topic when the options set no kgo.DefaultProduceTopic. Nothing
-	// is handed to franz-go.
+	// is handed to franz-go; with a Transactional handler's ctx the window aborts, as on any failed
+	// publish (docs/transactions.md, Aborts).
 	ErrInvalidRecord = errors.New("tidemark: invalid record")
 
 	errNilRecord = fmt.Errorf("%w: nil", ErrInvalidRecord)
@@ -91,14 +92,11 @@ type producer struct {
 // the producer, which a failed Start or Shutdown closes, so call Shutdown even on an App that never
 // started.
 func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
-	if r == nil {
-		return errNilRecord
-	}
-	if r.Topic == "" && !a.prod.hasDefaultTopic() {
-		return errNoTopic
-	}
 	if tw := windowOf(ctx); tw != nil {
 		return tw.publish(ctx, r) // a Transactional handler's ctx: into its window's transaction
+	}
+	if err := a.prod.checkRecord(r); err != nil {
+		return err
 	}
 	return a.prod.publish(ctx, r)
 }
@@ -308,12 +306,22 @@ func producerClientOpts(cfg appConfig) []kgo.Opt {
 	return append(opts, cfg.producerOpts...)
 }
 
-// hasDefaultTopic reports whether the user's options set kgo.DefaultProduceTopic (checkOpts).
-func (p *producer) hasDefaultTopic() bool {
+// checkRecord returns an error wrapping ErrInvalidRecord for a record Publish refuses: nil, or with
+// no topic when the user's options set no kgo.DefaultProduceTopic (checkOpts).
+func (p *producer) checkRecord(r *kgo.Record) error {
+	if r == nil {
+		return errNilRecord
+	}
+	if r.Topic != "" {
+		return nil
+	}
 	_, _ = p.checkOpts() // its error is Start's, or the publish's when it opens the client
 	p.probeMu.Lock()
 	defer p.probeMu.Unlock()
-	return p.defTopic != ""
+	if p.defTopic == "" {
+		return errNoTopic
+	}
+	return nil
 }
 
 // checkOpts checks the user's producer options once, without I/O (probeOpts): franz-go must accept

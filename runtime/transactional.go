@@ -65,45 +65,53 @@ func windowOf(ctx context.Context) *txnWindow {
 }
 
 // publish produces r inside the window's transaction and waits for the brokers' acknowledgement.
-// A failed produce aborts the window (franz-go would commit what succeeded; DESIGN §3.11).
+// A failed produce aborts the window (franz-go would commit what succeeded; DESIGN §3.11), and so
+// does a record Publish refuses (ErrInvalidRecord): a handler that ignores the error must not
+// commit its window without that output.
 func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
+	err := tw.c.app.prod.checkRecord(r)
+	var topic string
+	if r != nil {
+		topic = r.Topic
+	}
 	if cause := tw.w.Aborted(); cause != nil {
-		return fmt.Errorf("tidemark: publish to %q: %w: %w", r.Topic, ErrWindowClosed, cause)
+		return fmt.Errorf("tidemark: publish to %q: %w: %w", topic, ErrWindowClosed, cause)
 	}
 	if tw.w.Closed() { // its transaction is ending or ended
-		return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, ErrWindowClosed)
+		return fmt.Errorf("tidemark: publish to %q: %w", topic, ErrWindowClosed)
 	}
 	pubs := publishesOf(ctx)
 	if pubs != nil {
 		pubs.made.Add(1)
 	}
-	topic := r.Topic
-	own := r.Context == nil // franz-go sets it to ctx: cleared in the promise
-	done := make(chan error, 1)
-	slots := tw.c.txnSlots
-	// Outside the window's guard, so that Close does not wait for it. A publish that fails here
-	// after the window closed had a ctx kept past its window's end: there is nothing to abort.
-	err := acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout)
-	if err != nil && tw.w.Closed() {
-		return fmt.Errorf("tidemark: publish to %q: %w: %w", r.Topic, ErrWindowClosed, err)
-	}
 	if err == nil {
-		pending := &tw.c.app.prod.pending // App.Pending counts these publishes too
-		if err = tw.w.Produce(func() {
-			pending.Add(1)
-			tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
-				if own {
-					r.Context = nil // so r can be published again, in the next window, with its own ctx
-				}
-				<-slots
-				pending.Add(-1)
-				done <- err
-			})
-		}); err != nil {
-			<-slots
-			return fmt.Errorf("tidemark: publish to %q: %w", topic, err)
+		own := r.Context == nil // franz-go sets it to ctx: cleared in the promise
+		done := make(chan error, 1)
+		slots := tw.c.txnSlots
+		// Outside the window's guard, so that Close does not wait for it. A publish that fails
+		// here after the window closed had a ctx kept past its window's end: nothing to abort.
+		err = acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout)
+		if err != nil && tw.w.Closed() {
+			return fmt.Errorf("tidemark: publish to %q: %w: %w", topic, ErrWindowClosed, err)
 		}
-		err = awaitProduce(ctx, done) // ctx ended first (ErrUnconfirmed): the window aborts below, whatever comes of r
+		if err == nil {
+			pending := &tw.c.app.prod.pending // App.Pending counts these publishes too
+			if err = tw.w.Produce(func() {
+				pending.Add(1)
+				tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
+					if own {
+						r.Context = nil // so r can be published again, in the next window, with its own ctx
+					}
+					<-slots
+					pending.Add(-1)
+					done <- err
+				})
+			}); err != nil {
+				<-slots
+				return fmt.Errorf("tidemark: publish to %q: %w", topic, err)
+			}
+			err = awaitProduce(ctx, done) // ctx ended first (ErrUnconfirmed): the window aborts below, whatever comes of r
+		}
 	}
 	if err != nil {
 		err = fmt.Errorf("tidemark: publish to %q in a transaction: %w", topic, err)
