@@ -7,11 +7,10 @@ import (
 )
 
 // A Handler processes one delivered record; the error it returns is the outcome (DESIGN §3.2): nil
-// acks, Drop(err) drops, Retry(err) or any other error retries under the registration's policy.
-// Up to Workers(n) lanes call it at once; records that must stay ordered never overlap (retry
-// copies aside: see Ordering). ctx ends
-// once the record can no longer be committed here (partition lost, revoke or shutdown bound passed),
-// not before.
+// acks, Drop(err) drops, Retry(err) or any other error retries under the registration's policy. Up
+// to Workers(n) lanes call it at once; records that must stay ordered never overlap (retry copies
+// aside: see Ordering). ctx ends once the record can no longer be committed here (partition lost,
+// revoke or shutdown bound passed), not before.
 type Handler interface {
 	HandleDelivery(ctx context.Context, d *Delivery) error
 }

@@ -70,27 +70,26 @@ type producer struct {
 
 // Publish produces r and waits for the brokers' acknowledgement (acks=all, idempotent). With the
 // ctx of a Transactional handler, r is produced inside that handler's transaction (DESIGN §3.4),
-// and a publish after the window ended fails with ErrWindowClosed. ctx bounds the whole call:
-// the wait for buffer space and the wait for the brokers' answer. When ctx ends before the
-// answer, Publish waits up to 100 ms more for franz-go to fail r (it does at once for a record it
-// has not sent that waits for its topic's metadata), then returns an error wrapping
-// ErrUnconfirmed and ctx's error: r may be written all the same (a request carrying r is never
-// taken back, and a record that does not lead its batch goes out with it), and it stays
-// franz-go's until franz-go is done with it (App.Pending counts it; Shutdown's flush waits for it
-// up to FlushTimeout). In a transaction the window then aborts, as on any failed publish, so
-// nothing r's window wrote commits. QueueTimeout bounds the wait for buffer space
-// (ErrQueueFull), in a transaction too.
+// and a publish after the window ended fails with ErrWindowClosed. ctx bounds the whole call: the
+// wait for buffer space and the wait for the brokers' answer. When ctx ends before the answer,
+// Publish waits up to 100 ms more for franz-go to fail r (it does at once for a record it has not
+// sent that waits for its topic's metadata), then returns an error wrapping ErrUnconfirmed and
+// ctx's error: r may be written all the same (a request carrying r is never taken back, and a
+// record that does not lead its batch goes out with it), and it stays franz-go's until franz-go is
+// done with it (App.Pending counts it; Shutdown's flush waits for it up to FlushTimeout). In a
+// transaction the window then aborts, as on any failed publish, so nothing r's window wrote
+// commits. QueueTimeout bounds the wait for buffer space (ErrQueueFull), in a transaction too.
 // r.Context is franz-go's: when it is nil, Produce sets it to ctx for the publish, and it is
 // cleared again once franz-go is done with r, so a failed r can be published again with a new ctx
-// (not one whose Publish returned ErrUnconfirmed: franz-go may still hold it). r goes to
-// the partition the RecordPartitioner of ProducerOpts or ClientOpts chooses (with none, keys
-// hashed as Kafka's Java client does, keyless records spread by StickyKeyPartitioner), so
-// r.Partition counts only under a partitioner that reads it, such as kgo.ManualPartitioner.
-// Errors wrap franz-go's (errors.Is works); after Shutdown has closed the producer it returns
-// ErrClosed; a nil r, or one with no topic and no kgo.DefaultProduceTopic in the options, wraps
-// ErrInvalidRecord. A Context r already has is kept: franz-go fails r if it ends before r is sent. Publish works before Start too (to seed a topic, say): it opens
-// the producer, which a failed Start or Shutdown closes, so call Shutdown even on an App that never
-// started.
+// (not one whose Publish returned ErrUnconfirmed: franz-go may still hold it). r goes to the
+// partition the RecordPartitioner of ProducerOpts or ClientOpts chooses (with none, keys hashed as
+// Kafka's Java client does, keyless records spread by StickyKeyPartitioner), so r.Partition counts
+// only under a partitioner that reads it, such as kgo.ManualPartitioner. Errors wrap franz-go's
+// (errors.Is works); after Shutdown has closed the producer it returns ErrClosed; a nil r, or one
+// with no topic and no kgo.DefaultProduceTopic in the options, wraps ErrInvalidRecord. A Context r
+// already has is kept: franz-go fails r if it ends before r is sent. Publish works before Start too
+// (to seed a topic, say): it opens the producer, which a failed Start or Shutdown closes, so call
+// Shutdown even on an App that never started.
 func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
 	if tw := windowOf(ctx); tw != nil {
 		return tw.publish(ctx, r) // a Transactional handler's ctx: into its window's transaction
