@@ -125,8 +125,10 @@ func MaxInFlightPerPartition(n int) HandleOption {
 
 // MaxInFlight bounds the records the whole subscription may hold; at the bound all its partitions
 // are paused until it has drained to half, or, below the bound, until 100 ms have passed: records
-// held behind a stuck head stop no other partition while they are fewer than n. Give n room for
-// more than one partition's MaxInFlightPerPartition, or one stuck partition can hold all of it.
+// held behind a stuck head stop no other partition while they are fewer than n, but they slow the
+// others down to about n minus what they hold per 100 ms, when the others' handlers are fast
+// (helper-118: 10 records per 100 ms with n = 40 and 30 stuck). Give n room for more than one
+// partition's MaxInFlightPerPartition, or one stuck partition can hold all of it.
 // Parked retry copies (not due yet) are held records too: n of them, on a retry topic too, leave no
 // room, so no other record of the subscription is handled until one of them has fallen due and been
 // handled. 0 (the default) means no bound beyond the per-partition one; a negative n fails Start

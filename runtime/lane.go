@@ -17,16 +17,19 @@ import (
 // back to the dispatcher under one lock.
 const laneTake = 64
 
-// takeSlice is how long a Handler's take runs on while other units wait for a lane: past it, the
-// take stops after the record in hand (checked after its 2nd, 8th and 32nd: sliceChecks) and its
-// unit goes to the back of the ready list, so slow handlers share the lanes a record or two at a
-// time instead of 64 (helper-97: with 20 ms handlers, 4 lanes held 4 keys for 1.3 s while a
-// partition's other keys, and another partition, waited; the low watermark stayed behind them).
-// Fast handlers finish a whole take well within it: one lock per 64 records still.
+// takeSlice is how long a Handler's take runs on while other units wait for a lane. Once it has
+// passed (read after the take's 2nd, 8th and 32nd record: sliceChecks), the take stops after the
+// record in hand as soon as a unit waits, and its unit goes to the back of the ready list, so slow
+// handlers share the lanes a record or two at a time instead of 64 (helper-97: with 20 ms
+// handlers, 4 lanes held 4 keys for 1.3 s while a partition's other keys, and another partition,
+// waited; the low watermark stayed behind them). Fast handlers finish a whole take well within
+// it: one lock per 64 records still. (helper-118: the clock started only at a check that saw a
+// unit waiting, and was read only there, so a unit that came after the 8th record of a take of
+// 20 ms handlers waited for up to 56 of them.)
 const takeSlice = time.Millisecond
 
-// sliceChecks has bit n set for the n-th record after which a take checks takeSlice: its clock
-// starts after the first, and each check reads it (time.Now, about 20 ns: a few per take).
+// sliceChecks has bit n set for the n-th record after which a take reads its clock (time.Now,
+// about 20 ns: a few per take): it starts after the first, whether or not a unit waits.
 const sliceChecks uint64 = 1<<1 | 1<<2 | 1<<8 | 1<<32
 
 // lane is one worker goroutine: it takes ready records from the dispatcher, runs the handler and
@@ -121,7 +124,8 @@ func (c *consumer) handlerExited(items []*item) {
 // that may no longer run (its partition was revoked or lost, the App is stopping, its
 // Transactional window aborted, a rewind made it stale), its first one included if stale (a
 // parked retry or copy fallen due, a take grabbed just before the rewind): then it handles none.
-// It also stops once it has run for takeSlice while other units wait for a lane.
+// It also stops, once it has run for takeSlice, after the first record that ends while another
+// unit waits for a lane.
 // running is set to the record in the handler, or being settled after it (see lane).
 // Tracked: records acked on the fast path (handle) are completed with CompleteDeferred, and the
 // watermark moves past them once, when the take returns (a take is one unit: one partition).
@@ -133,6 +137,7 @@ func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int
 		}()
 	}
 	var sliceStart time.Time // set at the first check (takeSlice)
+	spent := false           // takeSlice has passed: from here a waiting unit stops the take
 	for i, it := range items {
 		if i > 0 && !c.d.runnable(it) || i == 0 && it.stale() { // finishTake drops them
 			return i
@@ -143,7 +148,11 @@ func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int
 			return i + 1
 		}
 		c.markDone(it)
-		if n := i + 1; n < len(items) && sliceChecks>>n&1 != 0 && c.d.waiting.Load() && sliceSpent(&sliceStart) {
+		n := i + 1
+		if !spent && sliceChecks>>n&1 != 0 {
+			spent = sliceSpent(&sliceStart)
+		}
+		if spent && n < len(items) && c.d.waiting.Load() {
 			return n // finishTake puts the rest back: other units take their turn first
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // ByKey, one lane, handlers of at least 1.1 ms: keys k0, k1, k2 (offset mod 3) of partition 0 are
@@ -39,4 +40,32 @@ func TestASlowTakeYieldsToWaitingUnits(t *testing.T) {
 	pushTo0(t, c, recs)
 	runTake(t, c)
 	require.Equal(t, []string{"12/0", "15/0", "16/0", "17/0", "18/0", "19/0", "20/0", "21/0"}, got, "nothing waits: one take")
+}
+
+// ByKey, one lane, handlers of at least 1.1 ms: k0 alone has 20 records ready, and k1's record
+// comes while k0's 10th runs, past the 8th record's check. The take stops after that 10th record
+// (takeSlice passed long before) and k1 runs next. The slice's clock started only at a check that
+// saw a unit waiting, and was read only at those checks, so k1 waited for all 20 (helper-118: up
+// to 56 records of 20 ms).
+func TestAUnitThatComesLateStopsASlowTakeAtTheNextRecord(t *testing.T) {
+	var got []string // the lane's goroutine is the test's: no lock
+	c := newBareNoop(t, Tracked, ByKey)
+	c.h = HandlerFunc(func(_ context.Context, d *Delivery) error {
+		for start := time.Now(); time.Since(start) < takeSlice+takeSlice/10; { // work, not a wait
+		}
+		got = append(got, string(d.Record().Value))
+		if len(got) == 10 {
+			pushTo0(t, c, []*kgo.Record{{Topic: "t", Offset: 20, Key: []byte("k1"), Value: []byte("20/0")}})
+		}
+		return nil
+	})
+	recs := fetched(0, 20, 0)
+	for _, r := range recs {
+		r.Key = []byte("k0")
+	}
+	pushTo0(t, c, recs)
+	runTake(t, c)
+	require.Len(t, got, 10, "the take stops after the record during which k1 came")
+	runTake(t, c)
+	require.Equal(t, "20/0", got[10], "k1 runs next")
 }
