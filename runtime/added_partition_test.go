@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,4 +54,50 @@ func TestARetryCopyReachesAPartitionAddedWhileRunning(t *testing.T) {
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2, 1: 2})
 	stop(t, app)
 	require.Equal(t, map[int32]int64{0: 2, 1: 2}, c.HighWatermarks(t, "in"))
+}
+
+// Copies to several added partitions fail together against the producer's old partition count:
+// each of them is produced again once the producer knows its partition, whichever failure's
+// refresh taught it. Every second delivery is a copy (retry count 1, on its record's partition,
+// after the originals), none the original handled again in place (helper-117: the copies whose
+// partition a refresh for another had taught the producer were taken for other failures).
+func TestRetryCopiesReachPartitionsAddedTogether(t *testing.T) {
+	const added, each = 8, 4
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "warm")
+	var got calls
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked).Config(kgo.MetadataMaxAge(200*time.Millisecond)),
+		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
+			got.add(d)
+			if d.Attempt() == 1 {
+				return errors.New("once")
+			}
+			return nil
+		}), runtime.MaxAttempts(3), fastBackoff, runtime.Unordered, runtime.Workers(2*added))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2}) // "warm" and its copy: the producer knows "in"
+
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreatePartitions(context.Background(), added, "in")
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	want := map[int32]int64{0: 2}
+	for p := int32(1); p <= added; p++ {
+		c.ProduceValues(t, "in", p, values(fmt.Sprintf("p%d-", p), each)...)
+		want[p] = 2 * each
+	}
+	eventually(t, func() bool { return got.len() == 2+2*added*each }, "every record's second delivery")
+	recs, attempts, _ := got.snapshot()
+	for i, r := range recs[2:] {
+		if attempts[i+2] == 2 {
+			require.Equal(t, []string{"1"}, hv(r, retry.CountHeader), "%s@%d/%d: a copy", r.Value, r.Partition, r.Offset)
+			require.GreaterOrEqual(t, r.Offset, int64(each), "%s: after the originals", r.Value)
+		}
+	}
+	c.WaitCommitted(t, "g", "in", want)
+	stop(t, app)
+	require.Equal(t, want, c.HighWatermarks(t, "in"))
 }

@@ -87,6 +87,13 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 		{"RetryTo on manual partitions", []runtime.Option{brokers},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Partitions("t", 0), ack, runtime.RetryTo("r")) },
 			[]string{`Partitions("t", [0]): RetryTo`}},
+		{"producer options a Transactional session refuses, in its Config (helper-117)", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t").Commit(runtime.Transactional("id")).Config(kgo.DefaultProduceTopic("d"), kgo.DefaultProduceTopicAlways()), ack)
+				runtime.Handle(a, runtime.Topic("u").Commit(runtime.Transactional("id2")).Config(kgo.ManualFlushing()), ack)
+				runtime.Handle(a, runtime.Topic("v").Commit(runtime.Tracked).Config(kgo.ManualFlushing()), ack) // it does not produce
+			},
+			[]string{`Topic("t").Config`, `Topic("u").Config`}},
 		{"a RetryTo topic another subscription of the group reads", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) {
 				runtime.Handle(a, runtime.Topic("t"), ack, runtime.RetryTo("r"))

@@ -2,19 +2,41 @@ package runtime
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// pinnedKey marks, in Record.Context, a record the runtime pins to Record.Partition (a retry copy
-// going back to its source partition).
+// A pin, in Record.Context, marks a record the runtime pins to Record.Partition (a retry copy going
+// back to its source partition). beyond is set when the partitioner found that partition beyond
+// those franz-go knows of the topic: a partition added since the producer last read its metadata.
+type pin struct{ beyond atomic.Bool }
+
 type pinnedKey struct{}
 
-func pinned(ctx context.Context) context.Context { return context.WithValue(ctx, pinnedKey{}, true) }
+func pinned(ctx context.Context) context.Context {
+	return context.WithValue(ctx, pinnedKey{}, new(pin))
+}
 
-func isPinned(r *kgo.Record) bool {
-	return r.Context != nil && r.Context.Value(pinnedKey{}) != nil
+// pinOf returns r's pin, nil if the runtime does not pin r.
+func pinOf(r *kgo.Record) *pin {
+	if r.Context == nil {
+		return nil
+	}
+	p, _ := r.Context.Value(pinnedKey{}).(*pin)
+	return p
+}
+
+func isPinned(r *kgo.Record) bool { return pinOf(r) != nil }
+
+// at returns r's partition, the index franz-go expects of a record that RequiresConsistency among
+// the topic's n partitions, noting when franz-go knows too few to hold it.
+func (p *pin) at(r *kgo.Record, n int) int {
+	if int(r.Partition) >= n {
+		p.beyond.Store(true)
+	}
+	return int(r.Partition)
 }
 
 // pinningPartitioner honours Record.Partition for records the runtime pins (DESIGN §3.3) and
@@ -52,8 +74,8 @@ func (p *pinning) RequiresConsistency(r *kgo.Record) bool {
 // Partition returns r.Partition for a pinned record: with RequiresConsistency true, franz-go's
 // choice is an index into all of the topic's partitions, so the index is the partition.
 func (p *pinning) Partition(r *kgo.Record, n int) int {
-	if isPinned(r) {
-		return int(r.Partition)
+	if pn := pinOf(r); pn != nil {
+		return pn.at(r, n)
 	}
 	return p.base.Partition(r, n)
 }
@@ -71,8 +93,8 @@ type pinningBackup struct {
 }
 
 func (p *pinningBackup) PartitionByBackup(r *kgo.Record, n int, it kgo.TopicBackupIter) int {
-	if isPinned(r) {
-		return int(r.Partition)
+	if pn := pinOf(r); pn != nil {
+		return pn.at(r, n)
 	}
 	return p.backup.PartitionByBackup(r, n, it)
 }
@@ -127,18 +149,25 @@ func (noPartitioner) ForTopic(string) kgo.TopicPartitioner { return nil }
 // partition.
 const partitionWait = 5 * time.Second
 
-// awaitPartition reports, after a pinned record to topic's partition failed, whether the producer
-// did not know the partition yet and has learned it since: then the record may be produced again.
-// A partition added to a consumed topic is assigned within the consumer's MetadataMaxAge, but the
-// producer refreshes its own metadata for the topic only every MetadataMaxAge of the App's options
-// (5 minutes by default), and franz-go fails a record whose partition is beyond the count it knows
-// at once (helper-115: every copy to an added partition failed for that long, and spent its
-// record's attempts in place). It forces a metadata refresh and waits, up to partitionWait or
-// ctx's end, for the partition to have a leader.
+// awaitPartition reports whether the producer knows topic's partition, after a pinned record to it
+// failed because the producer knew too few of the topic's partitions (pin.beyond): then the record
+// may be produced again. A partition added to a consumed topic is assigned within the consumer's
+// MetadataMaxAge, but the producer refreshes its own metadata for the topic only every
+// MetadataMaxAge of the App's options (5 minutes by default), and franz-go fails a record whose
+// partition is beyond the count it knows at once (helper-115: every copy to an added partition
+// failed for that long, and spent its record's attempts in place). Unless a refresh made for
+// another record taught it the partition already (helper-117: copies that failed together), it
+// forces one and waits, up to partitionWait or ctx's end, for the partition to have a leader.
 func awaitPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32) bool {
-	leader, _, err := cl.PartitionLeader(topic, partition)
-	if leader >= 0 || err != nil || ctx.Err() != nil {
-		return false // known (the failure was another), unloadable, or too late
+	known := func() bool {
+		leader, _, _ := cl.PartitionLeader(topic, partition)
+		return leader >= 0
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	if known() {
+		return true
 	}
 	cl.ForceMetadataRefresh()
 	ctx, cancel := context.WithTimeout(ctx, partitionWait)
@@ -151,7 +180,7 @@ func awaitPartition(ctx context.Context, cl *kgo.Client, topic string, partition
 			return false
 		case <-tick.C:
 		}
-		if leader, _, _ := cl.PartitionLeader(topic, partition); leader >= 0 {
+		if known() {
 			return true
 		}
 	}

@@ -37,7 +37,7 @@ var (
 	ErrInvalidRecord = errors.New("tidemark: invalid record")
 
 	errNilRecord = fmt.Errorf("%w: nil", ErrInvalidRecord)
-	errNoTopic   = fmt.Errorf("%w: no topic, and no kgo.DefaultProduceTopic in ProducerOpts or ClientOpts", ErrInvalidRecord)
+	errNoTopic   = fmt.Errorf("%w: no topic, and no kgo.DefaultProduceTopic in the producer's options", ErrInvalidRecord)
 )
 
 // producer is the App's one producer client. It is created on the first publish, so a
@@ -94,7 +94,7 @@ func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
 	if tw := windowOf(ctx); tw != nil {
 		return tw.publish(ctx, r) // a Transactional handler's ctx: into its window's transaction
 	}
-	if err := a.prod.checkRecord(r); err != nil {
+	if err := checkRecord(r, a.prod.defaultTopic); err != nil {
 		return err
 	}
 	return a.prod.publish(ctx, r)
@@ -121,29 +121,41 @@ func (a *App) Unflushed() int64 { return a.prod.unflushed.Load() }
 // QueueTimeout) is not counted yet.
 func (a *App) Pending() int64 { return a.prod.pending.Load() }
 
+// publish produces r and waits for the answer (produce). A retry copy pinned to a partition the
+// producer did not know yet is produced again, once, as soon as it does (awaitPartition).
 func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
+	pn, topic, partition := pinOf(r), r.Topic, r.Partition // read before franz-go has r
+	cl, err := p.produce(ctx, r)
+	if err != nil && pn != nil && !errors.Is(err, ErrUnconfirmed) && pn.beyond.Swap(false) &&
+		awaitPartition(ctx, cl, topic, partition) {
+		_, err = p.produce(ctx, r)
+	}
+	return err
+}
+
+// produce hands r to the producer's client, which it returns, and waits for the brokers' answer
+// (awaitProduce).
+func (p *producer) produce(ctx context.Context, r *kgo.Record) (*kgo.Client, error) {
 	cl, slots, err := p.client()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ctx.Err() != nil { // nothing handed to franz-go: not ErrUnconfirmed
-		return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, ctxError(ctx))
+		return cl, fmt.Errorf("tidemark: publish to %q: %w", r.Topic, ctxError(ctx))
 	}
 	if err := acquireSlot(ctx, slots, p.app.cfg.queueTimeout); err != nil {
-		return fmt.Errorf("tidemark: publish to %q: %w", r.Topic, err)
+		return cl, fmt.Errorf("tidemark: publish to %q: %w", r.Topic, err)
 	}
 	p.mu.RLock()
 	if p.closed {
 		p.mu.RUnlock()
 		<-slots
-		return ErrClosed
+		return cl, ErrClosed
 	}
 	p.sent.Add(1) // before close sets closed: its Wait sees this record
 	p.pending.Add(1)
 	p.mu.RUnlock()
-	// Read before franz-go has r: a record that ends ErrUnconfirmed stays franz-go's, fields and
-	// all. franz-go sets Context to ctx, cleared in the promise when it was nil.
-	own, topic, pin, partition := r.Context == nil, r.Topic, isPinned(r), r.Partition
+	own, topic := r.Context == nil, r.Topic // franz-go sets Context to ctx: cleared in the promise
 	done := make(chan error, 1)
 	cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 		if own {
@@ -158,14 +170,12 @@ func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 		done <- err
 	})
 	switch err = awaitProduce(ctx, done); {
-	case err != nil && pin && !errors.Is(err, ErrUnconfirmed) && awaitPartition(ctx, cl, topic, partition):
-		return p.publish(ctx, r) // a partition added since the producer last read the topic's metadata
 	case errors.Is(err, kgo.ErrClientClosed):
-		return fmt.Errorf("tidemark: publish to %q: %w: %w", topic, ErrUnflushed, err)
+		return cl, fmt.Errorf("tidemark: publish to %q: %w: %w", topic, ErrUnflushed, err)
 	case err != nil:
-		return fmt.Errorf("tidemark: publish to %q: %w", topic, err)
+		return cl, fmt.Errorf("tidemark: publish to %q: %w", topic, err)
 	}
-	return nil
+	return cl, nil
 }
 
 // answerGrace is how long a publish whose ctx ended still waits for franz-go's answer: franz-go
@@ -306,21 +316,23 @@ func producerClientOpts(cfg appConfig) []kgo.Opt {
 }
 
 // checkRecord returns an error wrapping ErrInvalidRecord for a record Publish refuses: nil, or with
-// no topic when the user's options set no kgo.DefaultProduceTopic (checkOpts).
-func (p *producer) checkRecord(r *kgo.Record) error {
-	if r == nil {
+// no topic when defaultTopic, the producing client's kgo.DefaultProduceTopic, returns "".
+func checkRecord(r *kgo.Record, defaultTopic func() string) error {
+	switch {
+	case r == nil:
 		return errNilRecord
-	}
-	if r.Topic != "" {
-		return nil
-	}
-	_, _ = p.checkOpts() // its error is Start's, or the publish's when it opens the client
-	p.probeMu.Lock()
-	defer p.probeMu.Unlock()
-	if p.defTopic == "" {
+	case r.Topic == "" && defaultTopic() == "":
 		return errNoTopic
 	}
 	return nil
+}
+
+// defaultTopic returns the kgo.DefaultProduceTopic of the user's options, "" if none (checkOpts).
+func (p *producer) defaultTopic() string {
+	_, _ = p.checkOpts() // its error is Start's, or the publish's when it opens the client
+	p.probeMu.Lock()
+	defer p.probeMu.Unlock()
+	return p.defTopic
 }
 
 // checkOpts checks the user's producer options once, without I/O (probeOpts): franz-go must accept
@@ -386,6 +398,27 @@ func producerClientErr(cl *kgo.Client) error {
 		errs = append(errs, errDefaultTopicAlwaysOpt)
 	}
 	return errors.Join(errs...)
+}
+
+// sessionOptsErr returns the refusals of the options a Transactional subscription's Config adds to
+// its session, which produces too: errManualFlushingOpt and errDefaultTopicAlwaysOpt, joined, as
+// checkOpts refuses them in ProducerOpts and ClientOpts (helper-117: with Config's
+// DefaultProduceTopicAlways a Publish into the window went to the default topic). Options franz-go
+// refuses are reported by the client's own check (consumerOptsErr).
+func sessionOptsErr(opts []kgo.Opt) error {
+	var refused error
+	_ = probeOpts(opts, func(cl *kgo.Client) error {
+		var errs []error
+		if manual, _ := cl.OptValue(kgo.ManualFlushing).(bool); manual {
+			errs = append(errs, errManualFlushingOpt)
+		}
+		if always, _ := cl.OptValue(kgo.DefaultProduceTopicAlways).(bool); always {
+			errs = append(errs, errDefaultTopicAlwaysOpt)
+		}
+		refused = errors.Join(errs...)
+		return nil
+	})
+	return refused
 }
 
 // close flushes what is buffered, bounded by FlushTimeout, closes the client, which fails what the

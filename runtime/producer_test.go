@@ -40,7 +40,7 @@ func TestPublishRoundTripsKeyValueAndHeaders(t *testing.T) {
 	require.EqualError(t, err, "tidemark: invalid record: nil")
 	err = app.Publish(ctx, &kgo.Record{Value: []byte("no topic")})
 	require.ErrorIs(t, err, runtime.ErrInvalidRecord, "helper-116: franz-go's own error matched no sentinel")
-	require.EqualError(t, err, "tidemark: invalid record: no topic, and no kgo.DefaultProduceTopic in ProducerOpts or ClientOpts")
+	require.EqualError(t, err, "tidemark: invalid record: no topic, and no kgo.DefaultProduceTopic in the producer's options")
 	require.Zero(t, app.Pending())
 	require.NoError(t, runtime.PublishJSON(ctx, app, "out", []byte("k"), map[string]int{"n": 1}))
 	got := c.ReadAll(t, "out", true)

@@ -156,7 +156,10 @@ func (s Subscription) Start(o StartOffset) Subscription { s.start = o; return s 
 // Config adds franz-go options for this subscription's client only, after the App's ClientOpts and
 // before the options the commit mode owns. A nil option fails Start with a *ConfigError naming
 // Config and its position among the options given to Config, from 1; so do options franz-go
-// refuses (kgo.ValidateOpts: a session timeout under 100 ms, say), with franz-go's reason.
+// refuses (kgo.ValidateOpts: a session timeout under 100 ms, say), with franz-go's reason. A
+// Transactional subscription's session produces too: kgo.ManualFlushing and
+// kgo.DefaultProduceTopicAlways here fail Start as they do in ProducerOpts, and a
+// kgo.DefaultProduceTopic here is where a Publish into its windows sends a record with no topic.
 func (s Subscription) Config(opts ...kgo.Opt) Subscription {
 	s.opts, s.nilOpts = slices.Clone(s.opts), slices.Clone(s.nilOpts)
 	for _, o := range opts {

@@ -69,7 +69,7 @@ func windowOf(ctx context.Context) *txnWindow {
 // does a record Publish refuses (ErrInvalidRecord): a handler that ignores the error must not
 // commit its window without that output.
 func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
-	err := tw.c.app.prod.checkRecord(r)
+	err := checkRecord(r, tw.defaultTopic)
 	var topic string
 	if r != nil {
 		topic = r.Topic
@@ -122,6 +122,13 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 		return err
 	}
 	return nil
+}
+
+// defaultTopic returns the kgo.DefaultProduceTopic of the window's session, "" if none: from
+// ClientOpts, ProducerOpts or the subscription's Config (helper-117: one in Config was ignored).
+func (tw *txnWindow) defaultTopic() string {
+	t, _ := tw.sess.Client().OptValue(kgo.DefaultProduceTopic).(string)
+	return t
 }
 
 // publishes is what one handler call (a record's, or a whole batch's) published into its

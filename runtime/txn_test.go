@@ -349,6 +349,23 @@ func TestTransactionalRetryAfter(t *testing.T) {
 	require.GreaterOrEqual(t, second.(time.Time).Sub(first.(time.Time)), 300*time.Millisecond-5*time.Millisecond)
 }
 
+// A record with no topic published into a window goes to the session's kgo.DefaultProduceTopic,
+// set in the subscription's Config (helper-117: Publish looked only at the App's options and
+// refused it with ErrInvalidRecord, spending the record).
+func TestTransactionalPublishUsesTheSessionsDefaultTopic(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
+	hwm := produceInputs(t, c, 3, 1)
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-default")).Config(kgo.DefaultProduceTopic("out")),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			return app.Publish(ctx, &kgo.Record{Value: []byte("out-" + string(d.Record().Value))})
+		}))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	requireOneOutputPerInput(t, c, 3)
+}
+
 // A RetryAfter(d) from a delivery that published aborts the window instead of making a copy, and
 // its partition waits d all the same before the record is read again; the other partitions go on
 // (helper-113: it was read again after the abort's 100 ms backoff).
