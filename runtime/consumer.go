@@ -154,6 +154,9 @@ func (c *consumer) clientOpts() []kgo.Opt {
 		kgo.ProducerLinger(0), // Transactional handlers wait for each produce: no linger by default
 	}
 	opts = append(opts, a.cfg.clientOpts...)
+	if c.txnMode { // the session produces too; the subscription's own options win (helper-119)
+		opts = append(opts, a.cfg.producerOpts...)
+	}
 	opts = append(opts, c.sub.opts...)
 	start := kgo.NewOffset().AtStart()
 	if c.sub.start == Latest {
@@ -178,8 +181,7 @@ func (c *consumer) clientOpts() []kgo.Opt {
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
 	)
-	if c.txnMode { // the session commits offsets in its transactions; it produces too
-		opts = append(opts, a.cfg.producerOpts...)
+	if c.txnMode { // the session commits offsets in its transactions
 		opts = append(opts,
 			kgo.TransactionalID(c.sub.mode.txnID),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),

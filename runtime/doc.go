@@ -51,8 +51,10 @@
 // ConsumerGroup, ConsumeTopics (and ConsumeRegex), BlockRebalanceOnPoll, OnPartitionsAssigned,
 // OnPartitionsRevoked, OnPartitionsLost, KeepControlRecords, ConsumeStartOffset,
 // ConsumeResetOffset and InstanceID; in the Auto and Tracked modes AutoCommitMarks and
-// AutoCommitCallback; in the Transactional mode ProducerOpts, TransactionalID, read_committed and
-// a RecordPartitioner that wraps the user's to pin retry copies. The isolation level
+// AutoCommitCallback; in the Transactional mode TransactionalID, read_committed and a
+// RecordPartitioner that wraps the user's to pin retry copies. A Transactional session takes the
+// App's ProducerOpts too, between ClientOpts and Subscription.Config: the subscription's own
+// options win. The isolation level
 // (read_committed) is set before the user's options, so they can override it, except in the
 // Transactional mode, which always reads read_committed. Every client, the App's producer's too,
 // gets a WithLogger that passes franz-go's lines to the user's own kgo.Logger and watches for a

@@ -69,3 +69,33 @@ func TestAUnitThatComesLateStopsASlowTakeAtTheNextRecord(t *testing.T) {
 	runTake(t, c)
 	require.Equal(t, "20/0", got[10], "k1 runs next")
 }
+
+// ByKey, one lane: k0 has 64 records ready, the first 34 fast and the rest of at least 1.1 ms, and
+// k1's record comes while the first slow one runs. The clock read after the 48th record finds the
+// slice passed, and the take stops there (helper-119: with no reading after the 32nd, all 64 ran
+// first).
+func TestATakeThatTurnsSlowLateStillYields(t *testing.T) {
+	var got []string // the lane's goroutine is the test's: no lock
+	c := newBareNoop(t, Tracked, ByKey)
+	c.h = HandlerFunc(func(_ context.Context, d *Delivery) error {
+		got = append(got, string(d.Record().Value))
+		if len(got) <= 34 {
+			return nil
+		}
+		for start := time.Now(); time.Since(start) < takeSlice+takeSlice/10; { // work, not a wait
+		}
+		if len(got) == 35 {
+			pushTo0(t, c, []*kgo.Record{{Topic: "t", Offset: 64, Key: []byte("k1"), Value: []byte("64/0")}})
+		}
+		return nil
+	})
+	recs := fetched(0, 64, 0)
+	for _, r := range recs {
+		r.Key = []byte("k0")
+	}
+	pushTo0(t, c, recs)
+	runTake(t, c)
+	require.Len(t, got, 48, "the take stops at the first reading after its records turned slow")
+	runTake(t, c)
+	require.Equal(t, "64/0", got[48], "k1 runs next")
+}

@@ -1176,3 +1176,21 @@ func TestTxnDropFromACancelledHandlerIsReadAgainWithItsWindow(t *testing.T) {
 		})
 	}
 }
+
+// A subscription's Config wins over the App's ProducerOpts in its Transactional session: the
+// subscription's kgo.DefaultProduceTopic, not the App's (helper-119: ProducerOpts came after
+// Config, and its default topic took every topic-less record).
+func TestTransactionalSessionsConfigWinsOverProducerOpts(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("app-default", 1))
+	hwm := produceInputs(t, c, 3, 1)
+	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.DefaultProduceTopic("app-default")))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-sub-default")).Config(kgo.DefaultProduceTopic("out")),
+		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+			return app.Publish(ctx, &kgo.Record{Value: []byte("out-" + string(d.Record().Value))})
+		}))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", hwm)
+	stop(t, app)
+	requireOneOutputPerInput(t, c, 3)
+	require.Empty(t, c.ReadAll(t, "app-default", true))
+}
