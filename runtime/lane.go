@@ -152,10 +152,13 @@ func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int
 		}
 		c.markDone(it)
 		n := i + 1
+		if n == len(items) { // the take ends here anyway: no clock to read (a take of one, Unordered's)
+			break
+		}
 		if !spent && sliceChecks>>n&1 != 0 {
 			spent = sliceSpent(&sliceStart)
 		}
-		if spent && n < len(items) && c.d.waiting.Load() {
+		if spent && c.d.waiting.Load() {
 			return n // finishTake puts the rest back: other units take their turn first
 		}
 	}
