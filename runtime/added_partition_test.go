@@ -15,15 +15,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// A retry copy goes back to a partition added while the App runs: the App's producer, which
-// loaded the topic's metadata before (the first copy) and refreshes it only every 5 minutes by
-// default, learns the partition and produces the copy, without handling the record again in place
-// (helper-115: every copy to the added partition failed with "invalid record partitioning choice"
-// and its record spent its attempts in place).
-func TestARetryCopyReachesAPartitionAddedWhileRunning(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+// failOnceThenAdd starts an App whose Tracked handler on "in" (one partition) fails every first
+// attempt under MaxAttempts(3), waits until the copy of a first record is committed (so the App's
+// producer has loaded "in"'s metadata, which it refreshes only every 5 minutes by default), then
+// adds n partitions to "in". got records every delivery.
+func failOnceThenAdd(t *testing.T, c *kfaketest.Cluster, n int, got *calls, opts ...runtime.HandleOption) *runtime.App {
+	t.Helper()
 	c.ProduceValues(t, "in", 0, "warm")
-	var got calls
 	app := runtime.New(appOpts(c)...)
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked).Config(kgo.MetadataMaxAge(200*time.Millisecond)),
 		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
@@ -32,16 +30,27 @@ func TestARetryCopyReachesAPartitionAddedWhileRunning(t *testing.T) {
 				return errors.New("once")
 			}
 			return nil
-		}), runtime.MaxAttempts(3), fastBackoff)
+		}), append([]runtime.HandleOption{runtime.MaxAttempts(3), fastBackoff}, opts...)...)
 	start(t, app)
-	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2}) // "warm" and its copy: the producer knows "in"
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2}) // "warm" and its copy
 
 	cl, err := kgo.NewClient(c.ClientOpts()...)
 	require.NoError(t, err)
 	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 1, "in")
+	resp, err := kadm.NewClient(cl).CreatePartitions(context.Background(), n, "in")
 	require.NoError(t, err)
 	require.NoError(t, resp.Error())
+	return app
+}
+
+// A retry copy goes back to a partition added while the App runs: the App's producer learns the
+// partition and produces the copy, without handling the record again in place (helper-115: every
+// copy to the added partition failed with "invalid record partitioning choice" and its record
+// spent its attempts in place).
+func TestARetryCopyReachesAPartitionAddedWhileRunning(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	var got calls
+	app := failOnceThenAdd(t, c, 1, &got)
 	c.ProduceValues(t, "in", 1, "new")
 	eventually(t, func() bool { return got.len() == 4 }, "new's second delivery")
 	recs, attempts, _ := got.snapshot()
@@ -64,26 +73,8 @@ func TestARetryCopyReachesAPartitionAddedWhileRunning(t *testing.T) {
 func TestRetryCopiesReachPartitionsAddedTogether(t *testing.T) {
 	const added, each = 8, 4
 	c := kfaketest.New(t, kfaketest.Topic("in", 1))
-	c.ProduceValues(t, "in", 0, "warm")
 	var got calls
-	app := runtime.New(appOpts(c)...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked).Config(kgo.MetadataMaxAge(200*time.Millisecond)),
-		runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
-			got.add(d)
-			if d.Attempt() == 1 {
-				return errors.New("once")
-			}
-			return nil
-		}), runtime.MaxAttempts(3), fastBackoff, runtime.Unordered, runtime.Workers(2*added))
-	start(t, app)
-	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2}) // "warm" and its copy: the producer knows "in"
-
-	cl, err := kgo.NewClient(c.ClientOpts()...)
-	require.NoError(t, err)
-	defer cl.Close()
-	resp, err := kadm.NewClient(cl).CreatePartitions(context.Background(), added, "in")
-	require.NoError(t, err)
-	require.NoError(t, resp.Error())
+	app := failOnceThenAdd(t, c, added, &got, runtime.Unordered, runtime.Workers(2*added))
 	want := map[int32]int64{0: 2}
 	for p := int32(1); p <= added; p++ {
 		c.ProduceValues(t, "in", p, values(fmt.Sprintf("p%d-", p), each)...)

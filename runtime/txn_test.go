@@ -350,20 +350,30 @@ func TestTransactionalRetryAfter(t *testing.T) {
 }
 
 // A record with no topic published into a window goes to the session's kgo.DefaultProduceTopic,
-// set in the subscription's Config (helper-117: Publish looked only at the App's options and
-// refused it with ErrInvalidRecord, spending the record).
+// set in the subscription's Config, also when the App's ProducerOpts set another (helper-117:
+// Publish looked only at the App's options and refused it with ErrInvalidRecord, spending the
+// record; helper-119: ProducerOpts came after Config, and its default topic took the records).
 func TestTransactionalPublishUsesTheSessionsDefaultTopic(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1))
-	hwm := produceInputs(t, c, 3, 1)
-	app := runtime.New(appOpts(c)...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-default")).Config(kgo.DefaultProduceTopic("out")),
-		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			return app.Publish(ctx, &kgo.Record{Value: []byte("out-" + string(d.Record().Value))})
-		}))
-	start(t, app)
-	c.WaitCommitted(t, "g", "in", hwm)
-	stop(t, app)
-	requireOneOutputPerInput(t, c, 3)
+	for _, appDefault := range []bool{false, true} {
+		t.Run(fmt.Sprintf("app default %v", appDefault), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("app-default", 1))
+			hwm := produceInputs(t, c, 3, 1)
+			var extra []runtime.Option
+			if appDefault {
+				extra = append(extra, runtime.ProducerOpts(kgo.DefaultProduceTopic("app-default")))
+			}
+			app := runtime.New(appOpts(c, extra...)...)
+			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-default")).Config(kgo.DefaultProduceTopic("out")),
+				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+					return app.Publish(ctx, &kgo.Record{Value: []byte("out-" + string(d.Record().Value))})
+				}))
+			start(t, app)
+			c.WaitCommitted(t, "g", "in", hwm)
+			stop(t, app)
+			requireOneOutputPerInput(t, c, 3)
+			require.Empty(t, c.ReadAll(t, "app-default", true))
+		})
+	}
 }
 
 // A RetryAfter(d) from a delivery that published aborts the window instead of making a copy, and
@@ -1175,22 +1185,4 @@ func TestTxnDropFromACancelledHandlerIsReadAgainWithItsWindow(t *testing.T) {
 			require.Empty(t, c.ReadAll(t, "dlq", true), "no dead letter")
 		})
 	}
-}
-
-// A subscription's Config wins over the App's ProducerOpts in its Transactional session: the
-// subscription's kgo.DefaultProduceTopic, not the App's (helper-119: ProducerOpts came after
-// Config, and its default topic took every topic-less record).
-func TestTransactionalSessionsConfigWinsOverProducerOpts(t *testing.T) {
-	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("out", 1), kfaketest.Topic("app-default", 1))
-	hwm := produceInputs(t, c, 3, 1)
-	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.DefaultProduceTopic("app-default")))...)
-	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-sub-default")).Config(kgo.DefaultProduceTopic("out")),
-		runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
-			return app.Publish(ctx, &kgo.Record{Value: []byte("out-" + string(d.Record().Value))})
-		}))
-	start(t, app)
-	c.WaitCommitted(t, "g", "in", hwm)
-	stop(t, app)
-	requireOneOutputPerInput(t, c, 3)
-	require.Empty(t, c.ReadAll(t, "app-default", true))
 }
