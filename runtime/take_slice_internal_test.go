@@ -42,60 +42,47 @@ func TestASlowTakeYieldsToWaitingUnits(t *testing.T) {
 	require.Equal(t, []string{"12/0", "15/0", "16/0", "17/0", "18/0", "19/0", "20/0", "21/0"}, got, "nothing waits: one take")
 }
 
-// ByKey, one lane, handlers of at least 1.1 ms: k0 alone has 20 records ready, and k1's record
-// comes while k0's 10th runs, past the 8th record's check. The take stops after that 10th record
-// (takeSlice passed long before) and k1 runs next. The slice's clock started only at a check that
-// saw a unit waiting, and was read only at those checks, so k1 waited for all 20 (helper-118: up
-// to 56 records of 20 ms).
-func TestAUnitThatComesLateStopsASlowTakeAtTheNextRecord(t *testing.T) {
+// lateUnit runs, on one lane under ByKey, a take of k0's n records, the first fast of them doing
+// no work and the rest at least 1.1 ms each, while k1's one record comes as k0's pushAt-th runs. It
+// returns how many of k0's records the take ran, and what the next take ran first.
+func lateUnit(t *testing.T, n, fast, pushAt int) (ran int, next string) {
 	var got []string // the lane's goroutine is the test's: no lock
 	c := newBareNoop(t, Tracked, ByKey)
 	c.h = HandlerFunc(func(_ context.Context, d *Delivery) error {
-		for start := time.Now(); time.Since(start) < takeSlice+takeSlice/10; { // work, not a wait
-		}
 		got = append(got, string(d.Record().Value))
-		if len(got) == 10 {
-			pushTo0(t, c, []*kgo.Record{{Topic: "t", Offset: 20, Key: []byte("k1"), Value: []byte("20/0")}})
+		for start := time.Now(); len(got) > fast && time.Since(start) < takeSlice+takeSlice/10; { // work, not a wait
+		}
+		if len(got) == pushAt {
+			pushTo0(t, c, []*kgo.Record{{Topic: "t", Offset: int64(n), Key: []byte("k1"), Value: []byte("k1")}})
 		}
 		return nil
 	})
-	recs := fetched(0, 20, 0)
+	recs := fetched(0, int64(n), 0)
 	for _, r := range recs {
 		r.Key = []byte("k0")
 	}
 	pushTo0(t, c, recs)
 	runTake(t, c)
-	require.Len(t, got, 10, "the take stops after the record during which k1 came")
+	ran = len(got)
 	runTake(t, c)
-	require.Equal(t, "20/0", got[10], "k1 runs next")
+	return ran, got[ran]
 }
 
-// ByKey, one lane: k0 has 64 records ready, the first 34 fast and the rest of at least 1.1 ms, and
-// k1's record comes while the first slow one runs. The clock read after the 48th record finds the
-// slice passed, and the take stops there (helper-119: with no reading after the 32nd, all 64 ran
-// first).
+// k0's 20 slow records; k1's record comes while k0's 10th runs, past the 8th record's reading.
+// The take stops after that 10th record (takeSlice passed long before) and k1 runs next. The
+// slice's clock started only at a reading that saw a unit waiting, and was read only there, so k1
+// waited for all 20 (helper-118: up to 56 records of 20 ms).
+func TestAUnitThatComesLateStopsASlowTakeAtTheNextRecord(t *testing.T) {
+	ran, next := lateUnit(t, 20, 0, 10)
+	require.Equal(t, 10, ran, "the take stops after the record during which k1 came")
+	require.Equal(t, "k1", next)
+}
+
+// k0's 64 records, the first 34 fast; k1's record comes while the first slow one runs. The
+// reading after the 48th record finds the slice passed, and the take stops there (helper-119:
+// with no reading after the 32nd, all 64 ran first).
 func TestATakeThatTurnsSlowLateStillYields(t *testing.T) {
-	var got []string // the lane's goroutine is the test's: no lock
-	c := newBareNoop(t, Tracked, ByKey)
-	c.h = HandlerFunc(func(_ context.Context, d *Delivery) error {
-		got = append(got, string(d.Record().Value))
-		if len(got) <= 34 {
-			return nil
-		}
-		for start := time.Now(); time.Since(start) < takeSlice+takeSlice/10; { // work, not a wait
-		}
-		if len(got) == 35 {
-			pushTo0(t, c, []*kgo.Record{{Topic: "t", Offset: 64, Key: []byte("k1"), Value: []byte("64/0")}})
-		}
-		return nil
-	})
-	recs := fetched(0, 64, 0)
-	for _, r := range recs {
-		r.Key = []byte("k0")
-	}
-	pushTo0(t, c, recs)
-	runTake(t, c)
-	require.Len(t, got, 48, "the take stops at the first reading after its records turned slow")
-	runTake(t, c)
-	require.Equal(t, "64/0", got[48], "k1 runs next")
+	ran, next := lateUnit(t, 64, 34, 35)
+	require.Equal(t, 48, ran, "the take stops at the first reading after its records turned slow")
+	require.Equal(t, "k1", next)
 }
