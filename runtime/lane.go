@@ -19,15 +19,15 @@ const laneTake = 64
 
 // takeSlice is how long a Handler's take runs on while other units wait for a lane. Once it has
 // passed (read after the take's 2nd, 8th, 16th, 32nd and 48th record: sliceChecks), the take stops
-// after the record in hand as soon as a unit waits, and its unit goes to the back of the ready list, so slow
-// handlers share the lanes a record or two at a time instead of 64 (helper-97: with 20 ms
-// handlers, 4 lanes held 4 keys for 1.3 s while a partition's other keys, and another partition,
-// waited; the low watermark stayed behind them). Fast handlers finish a whole take well within
-// it: one lock per 64 records still. (helper-118: the clock started only at a check that saw a
-// unit waiting, and was read only there, so a unit that came after the 8th record of a take of
-// 20 ms handlers waited for up to 56 of them. helper-119: with no read after the 32nd, a take
-// whose first 32 records were fast ran its slow rest whole; now a unit waits at most 16 records
-// past the slice, when a take's records turn slow after a fast start.)
+// after the record in hand as soon as a unit waits, and its unit goes to the back of the ready
+// list, so slow handlers share the lanes a record or two at a time instead of 64 (helper-97: with
+// 20 ms handlers, 4 lanes held 4 keys for 1.3 s while a partition's other keys, and another
+// partition, waited; the low watermark stayed behind them). Fast handlers finish a whole take well
+// within it: one lock per 64 records still. (helper-118: the clock started only at a check that saw
+// a unit waiting, and was read only there, so a unit that came after the 8th record of a take of 20
+// ms handlers waited for up to 56 of them. helper-119: with no read after the 32nd, a take whose
+// first 32 records were fast ran its slow rest whole; now a unit waits at most 16 records past the
+// slice, when a take's records turn slow after a fast start.)
 const takeSlice = time.Millisecond
 
 // sliceChecks has bit n set for the n-th record after which a take reads its clock (time.Now,
