@@ -24,8 +24,8 @@ const laneTake = 64
 // 20 ms handlers, 4 lanes held 4 keys for 1.3 s while a partition's other keys, and another
 // partition, waited; the low watermark stayed behind them). Fast handlers finish a whole take well
 // within it: one lock per 64 records still. (helper-118: the clock started only at a check that saw
-// a unit waiting, and was read only there, so a unit that came after the 8th record of a take of 20
-// ms handlers waited for up to 56 of them. helper-119: with no read after the 32nd, a take whose
+// a unit waiting, and was read only there, so a unit that came after the 8th record of a take of
+// 20 ms handlers waited for up to 56 of them. helper-119: with no read after the 32nd, a take whose
 // first 32 records were fast ran its slow rest whole; now a unit waits at most 16 records past the
 // slice, when a take's records turn slow after a fast start.)
 const takeSlice = time.Millisecond
