@@ -382,7 +382,7 @@ var (
 )
 
 // producerClientErr returns checkOpts's refusals of cl's options, joined: errIdempotenceOff,
-// errTransactionalIDOpt, errManualFlushingOpt, errDefaultTopicAlwaysOpt.
+// errTransactionalIDOpt, and publishRefusals'.
 func producerClientErr(cl *kgo.Client) error {
 	var errs []error
 	if off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
@@ -391,31 +391,32 @@ func producerClientErr(cl *kgo.Client) error {
 	if id, _ := cl.OptValue(kgo.TransactionalID).(string); id != "" {
 		errs = append(errs, errTransactionalIDOpt)
 	}
+	return errors.Join(append(errs, publishRefusals(cl)...)...)
+}
+
+// publishRefusals returns the refusals of cl's options that no client producing Tidemark's records
+// may have, the App's producer or a Transactional session: errManualFlushingOpt,
+// errDefaultTopicAlwaysOpt.
+func publishRefusals(cl *kgo.Client) []error {
+	var errs []error
 	if manual, _ := cl.OptValue(kgo.ManualFlushing).(bool); manual {
 		errs = append(errs, errManualFlushingOpt)
 	}
 	if always, _ := cl.OptValue(kgo.DefaultProduceTopicAlways).(bool); always {
 		errs = append(errs, errDefaultTopicAlwaysOpt)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
-// sessionOptsErr returns the refusals of the options a Transactional subscription's Config adds to
-// its session, which produces too: errManualFlushingOpt and errDefaultTopicAlwaysOpt, joined, as
-// checkOpts refuses them in ProducerOpts and ClientOpts (helper-117: with Config's
-// DefaultProduceTopicAlways a Publish into the window went to the default topic). Options franz-go
-// refuses are reported by the client's own check (consumerOptsErr).
+// sessionOptsErr returns publishRefusals of the options a Transactional subscription's Config adds
+// to its session, which produces too, joined, as checkOpts refuses them in ProducerOpts and
+// ClientOpts (helper-117: with Config's DefaultProduceTopicAlways a Publish into the window went
+// to the default topic). Options franz-go refuses are reported by the client's own check
+// (consumerOptsErr).
 func sessionOptsErr(opts []kgo.Opt) error {
 	var refused error
 	_ = probeOpts(opts, func(cl *kgo.Client) error {
-		var errs []error
-		if manual, _ := cl.OptValue(kgo.ManualFlushing).(bool); manual {
-			errs = append(errs, errManualFlushingOpt)
-		}
-		if always, _ := cl.OptValue(kgo.DefaultProduceTopicAlways).(bool); always {
-			errs = append(errs, errDefaultTopicAlwaysOpt)
-		}
-		refused = errors.Join(errs...)
+		refused = errors.Join(publishRefusals(cl)...)
 		return nil
 	})
 	return refused

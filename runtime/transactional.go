@@ -69,7 +69,7 @@ func windowOf(ctx context.Context) *txnWindow {
 // does a record Publish refuses (ErrInvalidRecord): a handler that ignores the error must not
 // commit its window without that output.
 func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
-	err := checkRecord(r, tw.defaultTopic)
+	invalid := checkRecord(r, tw.defaultTopic)
 	var topic string
 	if r != nil {
 		topic = r.Topic
@@ -84,44 +84,52 @@ func (tw *txnWindow) publish(ctx context.Context, r *kgo.Record) error {
 	if pubs != nil {
 		pubs.made.Add(1)
 	}
+	if invalid != nil {
+		return tw.failed(pubs, topic, invalid)
+	}
+	own := r.Context == nil // franz-go sets it to ctx: cleared in the promise
+	done := make(chan error, 1)
+	slots := tw.c.txnSlots
+	// Outside the window's guard, so that Close does not wait for it. A publish that fails here
+	// after the window closed had a ctx kept past its window's end: there is nothing to abort.
+	err := acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout)
+	if err != nil && tw.w.Closed() {
+		return fmt.Errorf("tidemark: publish to %q: %w: %w", topic, ErrWindowClosed, err)
+	}
 	if err == nil {
-		own := r.Context == nil // franz-go sets it to ctx: cleared in the promise
-		done := make(chan error, 1)
-		slots := tw.c.txnSlots
-		// Outside the window's guard, so that Close does not wait for it. A publish that fails
-		// here after the window closed had a ctx kept past its window's end: nothing to abort.
-		err = acquireSlot(ctx, slots, tw.c.app.cfg.queueTimeout)
-		if err != nil && tw.w.Closed() {
-			return fmt.Errorf("tidemark: publish to %q: %w: %w", topic, ErrWindowClosed, err)
-		}
-		if err == nil {
-			pending := &tw.c.app.prod.pending // App.Pending counts these publishes too
-			if err = tw.w.Produce(func() {
-				pending.Add(1)
-				tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
-					if own {
-						r.Context = nil // so r can be published again, in the next window, with its own ctx
-					}
-					<-slots
-					pending.Add(-1)
-					done <- err
-				})
-			}); err != nil {
+		pending := &tw.c.app.prod.pending // App.Pending counts these publishes too
+		if err = tw.w.Produce(func() {
+			pending.Add(1)
+			tw.sess.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if own {
+					r.Context = nil // so r can be published again, in the next window, with its own ctx
+				}
 				<-slots
-				return fmt.Errorf("tidemark: publish to %q: %w", topic, err)
-			}
-			err = awaitProduce(ctx, done) // ctx ended first (ErrUnconfirmed): the window aborts below, whatever comes of r
+				pending.Add(-1)
+				done <- err
+			})
+		}); err != nil {
+			<-slots
+			return fmt.Errorf("tidemark: publish to %q: %w", topic, err)
 		}
+		err = awaitProduce(ctx, done) // ctx ended first (ErrUnconfirmed): the window aborts below, whatever comes of r
 	}
 	if err != nil {
-		err = fmt.Errorf("tidemark: publish to %q in a transaction: %w", topic, err)
-		if pubs != nil && tw.w.Aborted() == nil { // else it may have failed because of the abort (its ctx ended)
-			pubs.failed.CompareAndSwap(nil, &err)
-		}
-		tw.c.abortWindow(tw, err)
-		return err
+		return tw.failed(pubs, topic, err)
 	}
 	return nil
+}
+
+// failed aborts tw for a publish to topic that failed with err, counting it as the handler call's
+// failed publish (pubs) unless tw had aborted already (it may have failed because of that abort:
+// its ctx ended), and returns err.
+func (tw *txnWindow) failed(pubs *publishes, topic string, err error) error {
+	err = fmt.Errorf("tidemark: publish to %q in a transaction: %w", topic, err)
+	if pubs != nil && tw.w.Aborted() == nil {
+		pubs.failed.CompareAndSwap(nil, &err)
+	}
+	tw.c.abortWindow(tw, err)
+	return err
 }
 
 // defaultTopic returns the kgo.DefaultProduceTopic of the window's session, "" if none: from
