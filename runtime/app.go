@@ -123,8 +123,10 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // returns ErrClosed (or the fatal error that ended it) and that Shutdown stops what Start began.
 // Stopping a client whose join the group's coordinator still holds (while another member is slow
 // to join the rebalance) waits for that join's answer, so a Start that fails then can return up
-// to the group's rebalance timeout (kgo.RebalanceTimeout, 60 s by default) after ctx ends.
+// to the group's rebalance timeout (kgo.RebalanceTimeout, 60 s by default) after ctx ends. A nil
+// ctx panics, as context.WithCancel(nil) does, before the App changes state.
 func (a *App) Start(ctx context.Context) error {
+	mustCtx(ctx, "Start")
 	a.mu.Lock()
 	if a.state != StateNew {
 		started, state := a.started, a.state
@@ -249,11 +251,14 @@ func (a *App) closedErr() error {
 // PanicFail, a fenced or repeatedly failing Transactional session), then shuts down: ShutdownTimeout
 // bounds its drain of running handlers and a last Transactional window's barrier (the flush, the
 // final commit and that window's End have their own bounds: FlushTimeout, 5 s, WindowTimeout). It
-// returns only after every goroutine the App started has returned: nil after a clean stop, the
-// fatal error (a *PanicError, for instance) otherwise, joined with the shutdown's error. When Start fails, Run
-// returns Start's error, ctx ending before Start has finished included: that error wraps ctx's
-// (errors.Is(err, context.Canceled)) and the App is Failed.
+// returns only after every goroutine the App started has returned (franz-go's clients are closed,
+// though a few of their own goroutines may take a moment more to end: goleak's retries wait for
+// them): nil after a clean stop, the fatal error (a *PanicError, for instance) otherwise, joined
+// with the shutdown's error. When Start fails, Run returns Start's error, ctx ending before Start
+// has finished included: that error wraps ctx's (errors.Is(err, context.Canceled)) and the App is
+// Failed. A nil ctx panics, as in Start.
 func (a *App) Run(ctx context.Context) error {
+	mustCtx(ctx, "Run")
 	if err := a.Start(ctx); err != nil {
 		if !errors.Is(err, ErrStarted) {
 			a.waitStopped() // a failed Start, or one a Shutdown ended: that shutdown finishes first
@@ -467,4 +472,12 @@ func (c *consumer) consumesByPattern(topic string) bool {
 		}
 	}
 	return true
+}
+
+// mustCtx panics on a nil ctx, naming the method, before it touches the App (helper-121: Start(nil)
+// panicked on its first use of ctx, after it had set the App Starting for good).
+func mustCtx(ctx context.Context, method string) {
+	if ctx == nil {
+		panic("tidemark: App." + method + " with a nil context.Context: pass context.Background() or a ctx that ends")
+	}
 }

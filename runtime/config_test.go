@@ -48,6 +48,13 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 		{"a group subscription without a group", []runtime.Option{brokers},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
 			[]string{`Topic("t").Group`}},
+		{"an empty group beside a DefaultGroup (helper-121: it joined the default one)", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t").Group(""), ack)
+				runtime.Handle(a, runtime.Partitions("u", 0).Group("").Commit(runtime.Tracked), ack, runtime.RetryToSource())
+				runtime.Handle(a, runtime.Topic("v").Group("").Group("h"), ack) // the last Group counts
+			},
+			[]string{`Topic("t").Group`, `Partitions("u", [0]).Group`}},
 		{"Tracked manual partitions without a group", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) {
 				runtime.Handle(a, runtime.Partitions("t", 0).Commit(runtime.Tracked), ack, runtime.RetryToSource())
@@ -874,4 +881,32 @@ func TestStartFailsAtOnceOnARefusedTLSHandshake(t *testing.T) {
 	require.ErrorContains(t, err, "tls")
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
 	require.NotContains(t, out.String(), "trying again")
+}
+
+// A nil ctx given to Start, Run, Shutdown or Publish panics with a message naming the method,
+// before the App changes state: it is still New and starts with a real ctx, and its record is
+// handled and committed (helper-121: Start(nil) panicked on a nil pointer, leaving it Starting).
+func TestANilContextPanicsBeforeTheAppChanges(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	var s seen
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), s.handler())
+	var nilCtx context.Context
+	for _, m := range []struct {
+		name string
+		call func()
+	}{
+		{"Start", func() { _ = app.Start(nilCtx) }},
+		{"Run", func() { _ = app.Run(nilCtx) }},
+		{"Shutdown", func() { _ = app.Shutdown(nilCtx) }},
+		{"Publish", func() { _ = app.Publish(nilCtx, &kgo.Record{Topic: "in"}) }},
+	} {
+		require.PanicsWithValue(t, "tidemark: App."+m.name+" with a nil context.Context: pass context.Background() or a ctx that ends", m.call)
+		state, _ := app.State()
+		require.Equal(t, runtime.StateNew, state, "after %s(nil)", m.name)
+	}
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1})
+	require.Equal(t, []string{"a"}, s.values())
 }

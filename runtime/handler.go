@@ -11,6 +11,15 @@ import (
 // to Workers(n) lanes call it at once; records that must stay ordered never overlap (retry copies
 // aside: see Ordering). ctx ends once the record can no longer be committed here (partition lost,
 // revoke or shutdown bound passed), not before.
+//
+// ctx is not the call's own: it is its partition's (under Transactional, its window's), so it
+// stays live after HandleDelivery returns, and work the handler leaves running with it ends when
+// the partition is revoked or lost, the App has stopped or (Transactional) the window has ended.
+// context.Cause(ctx) then says which: "tidemark: partition revoked" (after the revoke's drain),
+// "tidemark: partition revoked and its drain bound passed" (RevokeDrainTimeout), "tidemark:
+// partition lost", "tidemark: shutdown bound passed", "tidemark: app stopped" (a clean Shutdown),
+// or a Transactional window's abort cause or txn.ErrClosed. ctx carries the values of Start's ctx
+// but not its cancellation: Run's ctx ending starts a Shutdown, which bounds the handlers.
 type Handler interface {
 	HandleDelivery(ctx context.Context, d *Delivery) error
 }

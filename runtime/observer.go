@@ -10,7 +10,12 @@ type Observer interface {
 	// room for included: they wait in its backlog, and their later admission sends no event);
 	// InFlight is what that partition holds now, its backlog excluded.
 	Delivered(DeliveredEvent)
-	// Settled: one record's handling ended with Outcome, after Duration in the handler.
+	// Settled: one record's handling ended with Outcome, after Duration in the handler. It says
+	// what one delivery came to, not what committed: a record handled again sends one event per
+	// delivery, an OutcomeAck included when the ack did not stick (its Transactional window aborted,
+	// or its partition was revoked while the handler ran past RevokeDrainTimeout and the new owner
+	// read it again). Count committed records with Committed events or lag, not with acks
+	// (docs/operations.md, Outcomes).
 	Settled(SettledEvent)
 	// InFlight: periodically (about once per second) per owned partition.
 	InFlight(InFlightEvent)

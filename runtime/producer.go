@@ -89,8 +89,9 @@ type producer struct {
 // with no topic and no kgo.DefaultProduceTopic in the options, wraps ErrInvalidRecord. A Context r
 // already has is kept: franz-go fails r if it ends before r is sent. Publish works before Start too
 // (to seed a topic, say): it opens the producer, which a failed Start or Shutdown closes, so call
-// Shutdown even on an App that never started.
+// Shutdown even on an App that never started. A nil ctx panics, as in Start.
 func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
+	mustCtx(ctx, "Publish")
 	if tw := windowOf(ctx); tw != nil {
 		return tw.publish(ctx, r) // a Transactional handler's ctx: into its window's transaction
 	}

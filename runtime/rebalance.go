@@ -8,8 +8,9 @@ import (
 )
 
 var (
-	errRevoked = errors.New("tidemark: partition revoked and its drain bound passed")
-	errLost    = errors.New("tidemark: partition lost")
+	errRevoked     = errors.New("tidemark: partition revoked")
+	errRevokeBound = errors.New("tidemark: partition revoked and its drain bound passed")
+	errLost        = errors.New("tidemark: partition lost")
 )
 
 // onAssigned creates the state of newly assigned partitions, before their offsets are fetched
@@ -51,15 +52,17 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 		}
 		return
 	}
+	cause := errRevoked    // the handlers have returned: it ends what they left running with their ctx
 	if !c.closing.Load() { // at shutdown the drain already ran, bounded by Shutdown's ctx
 		dctx, cancel := context.WithTimeout(ctx, c.app.cfg.revokeDrainTimeout)
 		if err := c.d.waitIdle(dctx, pss); err != nil {
 			c.log.Warn("tidemark: revoke drain bound passed; committing what finished", "err", err, "partitions", revoked)
+			cause = errRevokeBound
 		}
 		cancel()
 	}
 	for _, ps := range pss {
-		ps.cancel(errRevoked) // no-op for handlers that already returned
+		ps.cancel(cause)
 	}
 	c.finalMarks(pss)
 	if c.closing.Load() && c.committedFinal {

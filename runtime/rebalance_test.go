@@ -344,7 +344,7 @@ func TestLateCompletionAfterRevokeCommitsNothing(t *testing.T) {
 			close(startedOld[p])
 			<-releaseOld[p].ch
 			mu.Lock()
-			oldCtxErr[p] = ctx.Err()
+			oldCtxErr[p] = context.Cause(ctx)
 			mu.Unlock()
 			close(returnedOld[p])
 		case off == 5: // the new generation's record on the moved partition
@@ -432,7 +432,8 @@ func TestLateCompletionAfterRevokeCommitsNothing(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	require.Error(t, oldCtxErr[px], "the old handler's ctx is cancelled once the drain bound passed")
+	require.EqualError(t, oldCtxErr[px], "tidemark: partition revoked and its drain bound passed",
+		"the old handler's ctx is cancelled once the drain bound passed, and its cause says so")
 	require.NoError(t, oldCtxErr[py], "the kept partition's handler ctx is not cancelled")
 	require.NotEqual(t, oldGen[px], newGen, "old and new deliveries of px have different generations")
 	require.Equal(t, []int64{0, 1, 5}, aLog.offsets(px), "A's handler calls on px: 0,1 in the old generation, 5 in the new")
@@ -480,4 +481,61 @@ func (o *pauseObserver) Paused(e runtime.PausedEvent) {
 	if o.onPaused != nil {
 		o.onPaused(e)
 	}
+}
+
+// A handler's ctx is its partition's: it stays live after the handler returns, and its cause
+// says why it ended. A revoke whose drain finished ends it with "partition revoked", not the
+// drain bound's cause (helper-121: every revoke named the bound); so does leaving the group at a
+// clean Shutdown; a Partitions subscription's ends with "app stopped".
+func TestAHandlersCtxEndsWithWhyItEnded(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 2), kfaketest.Topic("m", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	c.ProduceValues(t, "in", 1, "b")
+	c.ProduceValues(t, "m", 0, "c")
+	var mu sync.Mutex
+	ctxs := map[string]context.Context{}
+	keep := runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ctxs[fmt.Sprintf("%s/%d", d.Record().Topic, d.Record().Partition)] = ctx
+		return nil
+	})
+	ctxOf := func(k string) context.Context {
+		mu.Lock()
+		defer mu.Unlock()
+		return ctxs[k]
+	}
+	causeWithin := func(k string) error {
+		t.Helper()
+		select {
+		case <-ctxOf(k).Done():
+			return context.Cause(ctxOf(k))
+		case <-time.After(kfaketest.WaitTimeout):
+			t.Fatalf("the ctx of %s never ended", k)
+			return nil
+		}
+	}
+	watch := newRevokeWatch()
+	obs := &observer{}
+	obs.onRebal = watch.onRebal
+	appA := runtime.New(appOpts(c, runtime.Observe(obs))...)
+	sub := runtime.Topic("in").Group("g").Commit(runtime.Tracked)
+	runtime.Handle(appA, sub, keep)
+	runtime.Handle(appA, runtime.Partitions("m", 0), keep, runtime.RetryToSource())
+	start(t, appA)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 1, 1: 1})
+	require.Eventually(t, func() bool { return ctxOf("m/0") != nil }, kfaketest.WaitTimeout, time.Millisecond)
+	for _, k := range []string{"in/0", "in/1", "m/0"} {
+		require.NoError(t, ctxOf(k).Err(), "%s: live after its handler returned", k)
+	}
+
+	startLogging(t, c, sub, nil)
+	waitClosed(t, watch.revoked, "A was never revoked a partition")
+	moved, kept := watch.movedOne(t, "in")
+	require.EqualError(t, causeWithin(fmt.Sprintf("in/%d", moved)), "tidemark: partition revoked")
+	require.NoError(t, ctxOf(fmt.Sprintf("in/%d", kept)).Err(), "the kept partition's ctx is live")
+
+	stop(t, appA)
+	require.EqualError(t, causeWithin(fmt.Sprintf("in/%d", kept)), "tidemark: partition revoked")
+	require.EqualError(t, causeWithin("m/0"), "tidemark: app stopped")
 }

@@ -11,23 +11,29 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-var errShutdownBound = errors.New("tidemark: shutdown bound passed")
+var (
+	errShutdownBound = errors.New("tidemark: shutdown bound passed")
+	errStopped       = errors.New("tidemark: app stopped") // the cause once Shutdown has finished
+)
 
 // Shutdown stops the App in the order of DESIGN §3.7: stop polling (a Transactional subscription
 // ends its window: its barrier is bounded by ctx and WindowTimeout, and past either the window
-// aborts and its records are read again); drain the running handlers (bounded by ctx; past it
-// their contexts are cancelled); flush the producer; final marks and commit (with its own 5s
-// bound, run even when ctx is already done); leave the group (CloseAllowingRebalance). It returns
-// the joined errors of those steps (a Transactional last window that did not commit, ctx's error
-// and its cause, if it has one, wrapped when the drain's bound passed, ErrUnflushed, failed
-// commits) and the error that failed the App while it shut down, if one did (ErrInstanceFenced
-// for a fence learnt while the handlers drained, say; the App is Failed), once every goroutine the
-// App started has returned; a handler that ignores its cancelled ctx delays it. So a handler (or
-// an Observer method) must not call Shutdown and wait for it: Shutdown would wait for that
-// handler's own lane, forever; start it in a goroutine (go app.Shutdown(ctx)) and return. Later
-// and concurrent calls wait for the first one and return its result (or ctx's error if ctx ends
-// first).
-func (a *App) Shutdown(ctx context.Context) error { return a.shutdown(ctx, callerUser) }
+// aborts and its records are read again); drain the running handlers (bounded by ctx; past it their
+// contexts are cancelled); flush the producer; final marks and commit (with its own 5s bound, run
+// even when ctx is already done); leave the group (CloseAllowingRebalance). It returns the joined
+// errors of those steps (a Transactional last window that did not commit, ctx's error and its
+// cause, if it has one, wrapped when the drain's bound passed, ErrUnflushed, failed commits) and
+// the error that failed the App while it shut down, if one did (ErrInstanceFenced for a fence
+// learnt while the handlers drained, say; the App is Failed), once every goroutine the App started
+// has returned (as Run says of franz-go's); a handler that ignores its cancelled ctx delays it. So
+// a handler (or an Observer method) must not call Shutdown and wait for it: Shutdown would wait for
+// that handler's own lane, forever; start it in a goroutine (go app.Shutdown(ctx)) and return.
+// Later and concurrent calls wait for the first one and return its result (or ctx's error if ctx
+// ends first). A nil ctx panics, as in Start, before the App changes state.
+func (a *App) Shutdown(ctx context.Context) error {
+	mustCtx(ctx, "Shutdown")
+	return a.shutdown(ctx, callerUser)
+}
 
 // A caller says who runs a shutdown.
 type caller uint8
@@ -160,7 +166,7 @@ func (a *App) stopAll(ctx context.Context) error {
 			c.cl.CloseAllowingRebalance()
 		}
 		c.wg.Wait()
-		c.cutWork(errShutdownBound)
+		c.cutWork(errStopped) // a no-op once the drain's bound has passed (errShutdownBound)
 	}
 	return errors.Join(append(append(stopErrs, drainErr, flushErr), errs...)...)
 }

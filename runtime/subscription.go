@@ -98,6 +98,7 @@ type Subscription struct {
 	start      StartOffset
 	opts       []kgo.Opt
 	nilOpts    []int // positions (from 1) of nil options given to Config: Start reports them
+	emptyGroup bool  // Group("") was its last Group: Start reports it
 }
 
 // Topic subscribes to one topic as a member of the subscription's consumer group.
@@ -142,8 +143,13 @@ func Partitions(topic string, partitions ...int32) Subscription {
 	return Subscription{kind: subPartitions, topics: []string{topic}, partitions: append([]int32(nil), partitions...)}
 }
 
-// Group sets the consumer group, overriding DefaultGroup.
-func (s Subscription) Group(group string) Subscription { s.group = group; return s }
+// Group sets the consumer group, overriding DefaultGroup. An empty group fails Start with a
+// *ConfigError (a Group(os.Getenv("GROUP")) left unset would otherwise join DefaultGroup's, or,
+// for Partitions, commit nowhere, without a word).
+func (s Subscription) Group(group string) Subscription {
+	s.group, s.emptyGroup = group, group == ""
+	return s
+}
 
 // Commit sets the commit mode (Auto by default).
 func (s Subscription) Commit(m CommitMode) Subscription { s.mode = m; return s }

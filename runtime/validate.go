@@ -78,7 +78,7 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 			name += fmt.Sprintf(".Group(%q)", s.group)
 		}
 		group := s.group
-		if s.kind != subPartitions && group == "" {
+		if s.kind != subPartitions && group == "" && !s.emptyGroup {
 			group = cfg.defaultGroup
 		}
 		registered := "Handle"
@@ -90,6 +90,9 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 		}
 		for _, n := range s.nilOpts {
 			add(name+".Config", "option %d is nil", n)
+		}
+		if s.emptyGroup {
+			add(name+".Group", "empty consumer group name")
 		}
 		switch {
 		case r.isBatch && (r.batchN < 1 || r.batchN > maxRecords):
@@ -223,13 +226,15 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 			if len(ps) > 0 && ps[0] < 0 {
 				add(name, "need partitions of 0 or more, got %d", ps[0])
 			}
-			if s.mode.kind == modeTracked && group == "" {
+			if s.mode.kind == modeTracked && group == "" && !s.emptyGroup {
 				add(name+".Group", "the Tracked mode on manual partitions commits into a group: name one with Group")
 			}
 		}
 		if s.kind != subPartitions {
 			if group == "" {
-				add(name+".Group", "no consumer group: name one with Group or DefaultGroup")
+				if !s.emptyGroup { // reported as such above
+					add(name+".Group", "no consumer group: name one with Group or DefaultGroup")
+				}
 				continue
 			}
 			groupUsers[group] = name
