@@ -34,7 +34,10 @@ func (f HandlerFunc) HandleDelivery(ctx context.Context, d *Delivery) error { re
 // encoding/json into a T; DeliveryFrom(ctx) gives fn the Delivery. A value that does not decode is
 // dropped with an error wrapping ErrDecode (DESIGN §3.8): the engine logs it and reports it, and
 // the partition moves on. A JSON null decodes, as encoding/json has it, to T's zero value (nil for
-// a pointer T), which fn receives. A nil fn gives a nil Handler, which Start reports.
+// a pointer T), which fn receives. A nil or empty value (a compacted topic's tombstone) does not
+// decode: it is dropped, or dead-lettered with DeadLetter, like any bad value; to act on
+// tombstones, use a HandlerFunc that checks d.Record().Value == nil before decoding. A nil fn gives
+// a nil Handler, which Start reports.
 func JSON[T any](fn func(ctx context.Context, v T) error) Handler {
 	if fn == nil {
 		return nil

@@ -49,7 +49,10 @@ var (
 // §3.7). Under Transactional the ctx is cancelled when its window aborts: the record is read again
 // with the whole window, whatever its handler returned. Wrapped in another error (fmt.Errorf with
 // %w), an outcome still counts: the outermost Drop or Retry errors.As finds decides, and its err is
-// the cause that is logged and dead-lettered, not the wrapping text.
+// the cause that is logged and dead-lettered, not the wrapping text. errors.As searches depth
+// first, an errors.Join's operands in order: in errors.Join(Drop(a), Retry(b)) the Drop decides,
+// in errors.Join(b, Drop(a)) too (a plain error is a retry only when no outcome is found), and
+// in Retry(RetryAfter(d, a)) the outer Retry decides, so d is not waited.
 func Drop(err error) error {
 	if err == nil {
 		err = errDropped

@@ -26,6 +26,9 @@ func TestClassifyFindsWrappedOutcomes(t *testing.T) {
 		{"wrapped delay", fmt.Errorf("charge: %w", RetryAfter(2*time.Second, io.EOF)), kindRetry, 2 * time.Second, "EOF"},
 		{"retry around a drop", Retry(fmt.Errorf("again: %w", Drop(io.EOF))), kindRetry, 0, "again: tidemark: drop: EOF"},
 		{"joined", errors.Join(io.ErrUnexpectedEOF, Drop(nil)), kindDrop, 0, "tidemark: dropped"},
+		{"joined drop first", errors.Join(Drop(io.EOF), Retry(io.ErrUnexpectedEOF)), kindDrop, 0, "EOF"},
+		{"joined retry first", errors.Join(Retry(io.ErrUnexpectedEOF), Drop(io.EOF)), kindRetry, 0, "unexpected EOF"},
+		{"retry around a delay", Retry(RetryAfter(2*time.Second, io.EOF)), kindRetry, 0, "tidemark: retry: EOF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kind, after, cause := classify(tc.err)
