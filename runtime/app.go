@@ -449,13 +449,17 @@ func (a *App) listTopics(ctx context.Context, names []string) (kadm.TopicDetails
 // register records a Handle or HandleBatch call. Registering after Start is a programming error: it
 // panics, as http.ServeMux does for a bad pattern, rather than being silently ignored.
 func (a *App) register(r registration) {
+	call := "Handle"
+	if r.isBatch {
+		call = "HandleBatch"
+	}
 	if a == nil {
-		panic(fmt.Sprintf("tidemark: Handle(%s) on a nil App: make it with New", r.sub))
+		panic(fmt.Sprintf("tidemark: %s(%s) on a nil App: make it with New", call, r.sub))
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.started {
-		panic(fmt.Sprintf("tidemark: Handle(%s) after Start: register every handler before Start", r.sub))
+		panic(fmt.Sprintf("tidemark: %s(%s) after Start: register every handler before Start", call, r.sub))
 	}
 	a.regs = append(a.regs, r)
 }

@@ -28,7 +28,8 @@ func (f BatchHandlerFunc) HandleBatch(ctx context.Context, ds []*Delivery) []err
 // one ready record plus the records already ready behind it in the same unit of order — the
 // partition under ByPartition, the key under ByKey, any partition under Unordered — never more
 // than n, never empty, and never waits for more (DESIGN §3.5). Like Handle it only records; Start
-// validates (a nil option: a *ConfigError naming HandleBatch and its position, from 1).
+// validates (a nil option: a *ConfigError naming HandleBatch and its position, from 1). Like
+// Handle it must be called before Start; it panics after.
 func HandleBatch(app *App, sub Subscription, n int, h BatchHandler, opts ...HandleOption) {
 	cfg := defaultHandleConfig()
 	for i, o := range opts {
