@@ -463,7 +463,9 @@ func TestStartChecksTopicsAndHandleAfterStartPanics(t *testing.T) {
 	require.PanicsWithValue(t, `tidemark: Handle(Topic("in")) after Start: register every handler before Start`,
 		func() { runtime.Handle(app, runtime.Topic("in"), ack) })
 	require.PanicsWithValue(t, `tidemark: HandleBatch(Topic("in")) after Start: register every handler before Start`,
-		func() { runtime.HandleBatch(app, runtime.Topic("in"), 10, runtime.BatchAll(func(context.Context, []*runtime.Delivery) error { return nil })) })
+		func() {
+			runtime.HandleBatch(app, runtime.Topic("in"), 10, runtime.BatchAll(func(context.Context, []*runtime.Delivery) error { return nil }))
+		})
 }
 
 // A Publish before a Start that fails validation leaves no producer goroutine behind (goleak in
@@ -493,7 +495,9 @@ func TestStartAfterShutdownSaysClosed(t *testing.T) {
 	require.PanicsWithValue(t, `tidemark: Handle(Topic("in")) on a nil App: make it with New`,
 		func() { runtime.Handle(nil, runtime.Topic("in"), ack) })
 	require.PanicsWithValue(t, `tidemark: HandleBatch(Topic("in")) on a nil App: make it with New`,
-		func() { runtime.HandleBatch(nil, runtime.Topic("in"), 10, runtime.BatchAll(func(context.Context, []*runtime.Delivery) error { return nil })) })
+		func() {
+			runtime.HandleBatch(nil, runtime.Topic("in"), 10, runtime.BatchAll(func(context.Context, []*runtime.Delivery) error { return nil }))
+		})
 }
 
 // A Shutdown while Start waits for its group ends Start (ErrClosed) and stops what Start had
