@@ -12,14 +12,16 @@ import (
 // aside: see Ordering). ctx ends once the record can no longer be committed here (partition lost,
 // revoke or shutdown bound passed), not before.
 //
-// ctx is not the call's own: it is its partition's (under Transactional, its window's), so it
-// stays live after HandleDelivery returns, and work the handler leaves running with it ends when
-// the partition is revoked or lost, the App has stopped or (Transactional) the window has ended.
+// ctx is not the call's own: it is its partition's (under Transactional, its window's), so it stays
+// live after HandleDelivery returns, and work the handler leaves running with it ends when the
+// partition is revoked or lost, the App has stopped or (Transactional) the window has ended.
 // context.Cause(ctx) then says which: "tidemark: partition revoked" (after the revoke's drain),
 // "tidemark: partition revoked and its drain bound passed" (RevokeDrainTimeout), "tidemark:
-// partition lost", "tidemark: shutdown bound passed", "tidemark: app stopped" (a clean Shutdown),
-// or a Transactional window's abort cause or txn.ErrClosed. ctx carries the values of Start's ctx
-// but not its cancellation: Run's ctx ending starts a Shutdown, which bounds the handlers.
+// partition lost", "tidemark: shutdown bound passed", "tidemark: app stopped" (a clean Shutdown of
+// a Partitions subscription; a group subscription's partitions are revoked as it leaves the group:
+// "partition revoked"), or a Transactional window's abort cause or txn.ErrClosed. ctx carries the
+// values of Start's ctx but not its cancellation: Run's ctx ending starts a Shutdown, which bounds
+// the handlers.
 type Handler interface {
 	HandleDelivery(ctx context.Context, d *Delivery) error
 }

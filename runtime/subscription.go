@@ -104,9 +104,10 @@ type Subscription struct {
 // Topic subscribes to one topic as a member of the subscription's consumer group.
 func Topic(name string) Subscription { return Subscription{kind: subTopics, topics: []string{name}} }
 
-// Topics subscribes to several topics in one group, with one handler. Its registration must name
-// where retry copies go, RetryTo(topic) or RetryToSource(), even if the handler never retries:
-// Start fails with a *ConfigError otherwise (DESIGN §3.3).
+// Topics subscribes to several topics in one group, with one handler. With two names or more, its
+// registration must name where retry copies go, RetryTo(topic) or RetryToSource(), even if the
+// handler never retries: Start fails with a *ConfigError otherwise (DESIGN §3.3). Topics of one
+// name is Topic.
 func Topics(names ...string) Subscription {
 	return Subscription{kind: subTopics, topics: append([]string(nil), names...)}
 }
