@@ -74,8 +74,8 @@ func GroupOf(r *kgo.Record) string {
 // a larger one than MaxCount as MaxCount, the most Count reads) and becomes the copy's retry count, so the copy's first delivery is attempt attempts+1; for a
 // record retried only through copies it is Count(r)+1. The copy keeps r's key, value and user
 // headers (each once), and carries the origin headers (r's own on a first copy, kept on later
-// ones), the group (none when group is "") and the not-before time (none when zero). Topic and
-// Partition are left for the caller.
+// ones), the group (none when group is "") and the not-before time (none when zero; rounded up to
+// the header's millisecond). Topic and Partition are left for the caller.
 func Copy(r *kgo.Record, group string, attempts int, notBefore time.Time) *kgo.Record {
 	o := OriginOf(r)
 	c := &kgo.Record{Key: r.Key, Value: r.Value, Headers: UserHeaders(r.Headers)}
@@ -90,9 +90,19 @@ func Copy(r *kgo.Record, group string, attempts int, notBefore time.Time) *kgo.R
 		c.Headers = append(c.Headers, kgo.RecordHeader{Key: GroupHeader, Value: []byte(group)})
 	}
 	if !notBefore.IsZero() {
-		c.Headers = append(c.Headers, kgo.RecordHeader{Key: NotBeforeHeader, Value: strconv.AppendInt(nil, notBefore.UnixMilli(), 10)})
+		c.Headers = append(c.Headers, kgo.RecordHeader{Key: NotBeforeHeader, Value: strconv.AppendInt(nil, ceilMilli(notBefore), 10)})
 	}
 	return c
+}
+
+// ceilMilli returns t in unix milliseconds, rounded up: a copy is never due before the time it was
+// asked for (helper-124: truncated, a RetryAfter(300ms) copy ran 299.79 ms after its attempt began).
+func ceilMilli(t time.Time) int64 {
+	ms := t.UnixMilli() // rounded down, before 1970 too
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
 }
 
 // UserHeaders returns hs without Tidemark's retry headers (the ones Copy sets), in order.

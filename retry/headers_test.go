@@ -53,6 +53,18 @@ func TestCopyOfACopyKeepsOneCountAndTheFirstOrigin(t *testing.T) {
 	require.False(t, ok)
 	require.Equal(t, "g", GroupOf(c1))
 	require.Equal(t, "", GroupOf(orig))
+	// A not-before within a millisecond is rounded up, never down: the copy is not due early.
+	for _, tc := range []struct {
+		due  time.Time
+		want string
+	}{
+		{due.Add(time.Microsecond), "1800000000001"},
+		{due.Add(999 * time.Microsecond), "1800000000001"},
+		{due.Add(time.Millisecond), "1800000000001"},
+		{time.UnixMilli(-5).Add(-time.Microsecond), "-5"},
+	} {
+		require.Equal(t, []string{tc.want}, headerValues(Copy(orig, "g", 1, tc.due), NotBeforeHeader), "due %v", tc.due)
+	}
 	require.Len(t, orig.Headers, 1, "the original is not changed")
 }
 
