@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,7 +14,10 @@ import (
 // element, in order: element i's error settles element i as a Handler's would (nil acks, Drop,
 // Retry, RetryAfter). A short result retries the uncovered elements, so a nil result retries them
 // all (make([]error, len(ds)) acks them all); entries past the batch are ignored; both are logged
-// (DESIGN §3.5). Up to Workers(k) batches run at once.
+// (DESIGN §3.5). Up to Workers(k) batches run at once. ctx is a Handler's (see Handler), except for
+// a batch that spans partitions (Unordered): its ctx ends as soon as any of its partitions' does,
+// and once the batch has returned and been settled ("tidemark: the batch spanning partitions has
+// returned"), so work the handler leaves running with it ends then (docs/batches.md).
 type BatchHandler interface {
 	HandleBatch(ctx context.Context, ds []*Delivery) []error
 }
@@ -200,9 +204,13 @@ func (c *consumer) invokeBatch(ctx context.Context, ds []*Delivery, first *item)
 	return c.bh.HandleBatch(ctx, ds), 0, 0, nil
 }
 
+// errBatchReturned ends the ctx of a batch that spans partitions once it has been settled.
+var errBatchReturned = errors.New("tidemark: the batch spanning partitions has returned")
+
 // batchContext is the ctx of a batch: its partition's handler ctx, or, for a batch spanning
-// partitions, a ctx cancelled as soon as any of theirs is (the batch can then no longer be committed
-// whole).
+// partitions, a ctx of its own, cancelled as soon as any of theirs is (the batch can then no longer
+// be committed whole), and once the batch has been settled (errBatchReturned: it holds an AfterFunc
+// on each partition's ctx, which must not pile up while the partitions stay owned).
 func (c *consumer) batchContext(items []*item) (context.Context, context.CancelFunc) {
 	if items[0].win != nil {
 		return items[0].win.ctx, func() {} // a window's records share its ctx
@@ -230,6 +238,6 @@ func (c *consumer) batchContext(items []*item) (context.Context, context.CancelF
 		for _, stop := range stops {
 			stop()
 		}
-		cancel(context.Canceled)
+		cancel(errBatchReturned)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
@@ -180,30 +181,54 @@ func TestAutoBatchMarksTheElementsBehindAnInPlaceRetry(t *testing.T) {
 	}
 }
 
-// Under Unordered a batch may span partitions, and every partition it drew from is settled.
+// Under Unordered a batch may span partitions, and every partition it drew from is settled. Its
+// ctx is its own, and ends once it has returned, saying so; a one-partition batch's ctx, its
+// partition's, stays live (helper-125: the spanning batch's ended as plain context.Canceled).
 func TestUnorderedBatchSpansPartitions(t *testing.T) {
 	c := kfaketest.New(t, kfaketest.Topic("in", 3))
 	for p := range int32(3) {
 		c.ProduceValues(t, "in", p, values(fmt.Sprintf("p%d-", p), 3)...)
 	}
 	var got batches
+	var mu sync.Mutex
+	var ctxs []context.Context // one per batch, in got's order
 	app := runtime.New(appOpts(c)...)
-	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 9,
-		runtime.BatchAll(func(_ context.Context, ds []*runtime.Delivery) error { got.add(ds); return nil }), runtime.Unordered)
+	runtime.HandleBatch(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked), 4,
+		runtime.BatchAll(func(ctx context.Context, ds []*runtime.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got.add(ds)
+			ctxs = append(ctxs, ctx)
+			return nil
+		}), runtime.Unordered)
 	start(t, app)
 	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 3, 1: 3, 2: 3})
 	all := got.flat()
 	slices.Sort(all)
 	require.Len(t, all, 9, "each record once")
-	spanned := false
-	for _, b := range got.all() {
+	spanned, single := 0, 0
+	mu.Lock()
+	defer mu.Unlock()
+	for i, b := range got.all() {
 		parts := map[byte]bool{}
 		for _, v := range b {
 			parts[v[1]] = true
 		}
-		spanned = spanned || len(parts) > 1
+		if len(parts) == 1 {
+			single++
+			require.NoError(t, ctxs[i].Err(), "batch %v: its partition's ctx, live after it returned", b)
+			continue
+		}
+		spanned++
+		select {
+		case <-ctxs[i].Done():
+		case <-time.After(kfaketest.WaitTimeout):
+			t.Fatalf("batch %v: its ctx never ended", b)
+		}
+		require.EqualError(t, context.Cause(ctxs[i]), "tidemark: the batch spanning partitions has returned", "batch %v", b)
 	}
-	require.True(t, spanned, "some batch drew from more than one partition: %v", got.all())
+	require.Positive(t, spanned, "some batch drew from more than one partition: %v", got.all())
+	require.Positive(t, single, "some batch drew from one partition: %v", got.all())
 }
 
 // Workers(4) with batches of at most 6 over 20 records: every record exactly once, no batch

@@ -19,9 +19,12 @@ import (
 // "tidemark: partition revoked and its drain bound passed" (RevokeDrainTimeout), "tidemark:
 // partition lost", "tidemark: shutdown bound passed", "tidemark: app stopped" (a clean Shutdown of
 // a Partitions subscription; a group subscription's partitions are revoked as it leaves the group:
-// "partition revoked"), or a Transactional window's abort cause or txn.ErrClosed. ctx carries the
-// values of Start's ctx but not its cancellation: Run's ctx ending starts a Shutdown, which bounds
-// the handlers.
+// "partition revoked"). "shutdown bound passed" ends every partition's ctx, idle ones too. Under
+// Transactional the window's ctx ends with txn.ErrClosed ("tidemark: transaction window closed")
+// when the window ends, a clean Shutdown's last one included, or with its abort cause: "tidemark: a
+// partition was revoked or lost during the window" on a rebalance, "tidemark: a handler asked for a
+// retry: ..." on a retry, and so on. ctx carries the values of Start's ctx but not its
+// cancellation: Run's ctx ending starts a Shutdown, which bounds the handlers.
 type Handler interface {
 	HandleDelivery(ctx context.Context, d *Delivery) error
 }

@@ -29,7 +29,9 @@ var (
 // a handler (or an Observer method) must not call Shutdown and wait for it: Shutdown would wait for
 // that handler's own lane, forever; start it in a goroutine (go app.Shutdown(ctx)) and return.
 // Later and concurrent calls wait for the first one and return its result (or ctx's error if ctx
-// ends first). A nil ctx panics, as in Start, before the App changes state.
+// ends first): after a fatal error, which runs the first shutdown itself, that result does not
+// include the fatal error (a *PanicError, say): State and Run report it. A nil ctx panics, as in
+// Start, before the App changes state.
 func (a *App) Shutdown(ctx context.Context) error {
 	mustCtx(ctx, "Shutdown")
 	return a.shutdown(ctx, callerUser)

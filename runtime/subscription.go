@@ -179,7 +179,9 @@ func (s Subscription) Config(opts ...kgo.Opt) Subscription {
 	return s
 }
 
-// String names the subscription as the user wrote it, for errors and logs.
+// String names the subscription by what it reads, as the user wrote that (Topic("in"),
+// Pattern("^ev-"), Partitions("in", [0 1])), for errors and logs; its group, mode and other settings
+// are not in it (logs carry the group and mode as attributes).
 func (s Subscription) String() string {
 	switch s.kind {
 	case subPattern:
