@@ -173,7 +173,8 @@ func Reply(topic string) HandleOption {
 
 // MaxAttempts caps the deliveries of a record at n, the first included (in-place retries and
 // copies alike): a failed delivery below the cap produces a retry copy (DESIGN §3.3); the n-th
-// failure is spent and goes to the DeadLetter topic once, or, with none, is dropped with a log line
+// failure is spent and goes to the DeadLetter topic (at least once: a rebalance or crash before the
+// commit past it makes the next owner spend it again), or, with none, is dropped with a log line
 // and an Observer event (OutcomeSpent). n must be at least 1.
 func MaxAttempts(n int) HandleOption {
 	return handleOption(func(c *handleConfig) { c.maxAttempts, c.maxAttemptsSet = n, true })

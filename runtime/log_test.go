@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
@@ -95,4 +96,45 @@ func TestADropWithoutAReasonLogsAtDebug(t *testing.T) {
 	stop(t, next)
 	require.Contains(t, debug.String(), `"level":"DEBUG","msg":"tidemark: record dropped"`)
 	require.Contains(t, debug.String(), `"offset":2,"generation":1,"attempt":1,"err":"tidemark: dropped"`)
+}
+
+// A dead letter still held by the cluster when Shutdown's bound passes fails with the handler's
+// cancelled ctx: the record stays uncommitted, and the line says so at Warn, with the cause, not at
+// Error as a failed produce (helper-126: routine stops past a tiny bound logged Errors).
+func TestACopyCutByTheShutdownBoundLogsAtWarn(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("in.dlq", 1))
+	c.ProduceValues(t, "in", 0, "a")
+	release := c.HoldProduce()
+	defer release()
+	var out lockedBuffer
+	handled := make(chan struct{})
+	app := runtime.New(appOpts(c, runtime.Logger(slog.New(slog.NewJSONHandler(&out, nil))),
+		runtime.FlushTimeout(100*time.Millisecond))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error {
+			close(handled)
+			return runtime.Drop(errors.New("unwanted"))
+		}), runtime.DeadLetter("in.dlq"))
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	require.NoError(t, app.Start(ctx))
+	waitClosed(t, handled, "the record was never handled")
+	sctx, scancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer scancel()
+	err := app.Shutdown(sctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the drain bound passed")
+	require.ErrorIs(t, err, runtime.ErrUnflushed, "the dead letter was still held")
+	release()
+
+	require.NotContains(t, out.String(), `"level":"ERROR"`)
+	var line string
+	for l := range strings.Lines(out.String()) {
+		if strings.Contains(l, "dead-letter record not produced") {
+			line = l
+		}
+	}
+	require.Contains(t, line, `"level":"WARN","msg":"tidemark: dead-letter record not produced before the record's ctx ended; the record stays uncommitted for whoever reads it next"`)
+	require.Contains(t, line, `"cause":"tidemark: shutdown bound passed"`)
+	committed := c.Committed(t, "g", "in")
+	require.Zero(t, committed[0], "the record is not committed past: %v", committed)
 }

@@ -131,10 +131,19 @@ func (c *consumer) original(it *item) *kgo.Record {
 }
 
 // produceFailed keeps a record whose copy could not be produced in flight and handles it again in
-// place after the backoff, in every mode: never silent (DESIGN §3.3).
+// place after the backoff, in every mode: never silent (DESIGN §3.3). It logs at Error, or at Warn
+// when the runtime had cancelled the record's ctx (a bound passed, its partition was revoked or
+// lost, its window aborted): what that stopped is reported already, and the record stays
+// uncommitted for whoever reads it next (helper-126: routine stops past a tiny ShutdownTimeout
+// logged Errors).
 func (c *consumer) produceFailed(it *item, ev *SettledEvent, what string, err error) {
-	c.log.Error("tidemark: "+what+" not produced; the record stays in flight and is handled again",
-		c.recAttrs(it, ev.Attempt, "err", err)...)
+	if ctx := c.ctxOf(it); ctx.Err() != nil {
+		c.log.Warn("tidemark: "+what+" not produced before the record's ctx ended; the record stays uncommitted for whoever reads it next",
+			c.recAttrs(it, ev.Attempt, "err", err, "cause", context.Cause(ctx))...)
+	} else {
+		c.log.Error("tidemark: "+what+" not produced; the record stays in flight and is handled again",
+			c.recAttrs(it, ev.Attempt, "err", err)...)
+	}
 	ev.Err = fmt.Errorf("tidemark: %s: %w", what, err)
 	if c.txnMode {
 		if it.win != nil && errors.Is(it.win.w.Aborted(), err) {
