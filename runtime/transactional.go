@@ -324,11 +324,11 @@ func (c *consumer) waitBarrier(base context.Context, tw *txnWindow) error {
 }
 
 // sessionFailed handles an error from Begin or End: fencing (of the transactional id, or of the
-// static member: ErrInstanceFenced) is fatal; other errors rebuild the
-// session after a backoff, and fail the App once maxSessionFailures of them in a row have gone on
-// for the group's session timeout (kgo.SessionTimeout, 45 s by default): a broker restarting, an
-// outage the group itself would ride out, is waited for, as Tracked waits. It reports whether to
-// go on.
+// static member: ErrInstanceFenced) is fatal; other errors rebuild the session after a backoff, and
+// fail the App once maxSessionFailures of them in a row have gone on for the group's session
+// timeout (kgo.SessionTimeout, 45 s by default): a broker restarting, an outage shorter than the
+// session timeout, is waited for (a longer one may fail the App, where Tracked rides it out:
+// docs/operations.md, Broker outages). It reports whether to go on.
 func (c *consumer) sessionFailed(ctx context.Context, err error, failures *sessionFailures) bool {
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
 		c.app.fail(fmt.Errorf("%w: %s: transactional id %q: %w", ErrFenced, c.sub, c.sub.mode.txnID, err))
