@@ -164,6 +164,18 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 			runtime.ProducerOpts(kgo.ConsumerGroup("other"), kgo.FetchMaxWait(time.Second))},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
 			[]string{"ProducerOpts", "ProducerOpts", "ProducerOpts"}},
+		{"franz-go options it accepts that Tidemark cannot take back (helper-128)", []runtime.Option{brokers, runtime.DefaultGroup("g"),
+			runtime.ClientOpts(kgo.ConsumeRegex(), kgo.InstanceID("pod-0"))},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t").Commit(runtime.Tracked).Config(kgo.TransactionalID("x")), ack)
+				runtime.Handle(a, runtime.Topic("u"), ack) // the App's options are reported once
+				runtime.Handle(a, runtime.Pattern("^v-"), ack, runtime.RetryToSource())
+				runtime.Handle(a, runtime.Topic("w").Commit(runtime.Transactional("w")).Config(kgo.TransactionalID("y")), ack)
+			},
+			[]string{"ClientOpts", "ClientOpts", `Topic("t").Config`}},
+		{"kgo.InstanceID in a Config without runtime.InstanceID", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t").Config(kgo.InstanceID("pod-0")), ack) },
+			[]string{`Topic("t").Config`}},
 		{"producer options franz-go rejects", []runtime.Option{brokers, runtime.DefaultGroup("g"),
 			runtime.ProducerOpts(kgo.RequiredAcks(kgo.LeaderAck()))},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },

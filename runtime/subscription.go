@@ -167,6 +167,8 @@ func (s Subscription) Start(o StartOffset) Subscription { s.start = o; return s 
 // Transactional subscription's session produces too: kgo.ManualFlushing and
 // kgo.DefaultProduceTopicAlways here fail Start as they do in ProducerOpts, and a
 // kgo.DefaultProduceTopic here is where a Publish into its windows sends a record with no topic.
+// kgo.ConsumeRegex (outside a Pattern), kgo.InstanceID (without runtime.InstanceID) and, outside
+// the Transactional mode, kgo.TransactionalID fail Start too: Tidemark could not take them back.
 func (s Subscription) Config(opts ...kgo.Opt) Subscription {
 	s.opts, s.nilOpts = slices.Clone(s.opts), slices.Clone(s.nilOpts)
 	for _, o := range opts {

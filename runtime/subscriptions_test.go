@@ -18,18 +18,22 @@ import (
 )
 
 // Manual partitions have no group membership: they start from the named group's committed offsets
-// and commit into it with kadm (DESIGN §3.10).
+// and commit into it with kadm (DESIGN §3.10). A group and topics in ClientOpts, which group
+// subscriptions override, are overridden here too (helper-128: with a group the subscription read
+// nothing; with topics it read them and committed them into its group).
 func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
 	for _, mode := range []runtime.CommitMode{runtime.Auto, runtime.Tracked} {
 		t.Run(mode.String(), func(t *testing.T) {
-			c := kfaketest.New(t, kfaketest.Topic("in", 3))
+			c := kfaketest.New(t, kfaketest.Topic("in", 3), kfaketest.Topic("other", 1))
 			c.ProduceValues(t, "in", 0, "a0", "a1", "a2")
 			c.ProduceValues(t, "in", 1, "b0", "b1")
 			c.ProduceValues(t, "in", 2, "c0") // not subscribed
+			c.ProduceValues(t, "other", 0, "o0")
 			sub := runtime.Partitions("in", 0, 1).Group("manual").Commit(mode)
 
 			var s seen
-			app := runtime.New(appOpts(c, runtime.DefaultGroup("unused"))...)
+			app := runtime.New(appOpts(c, runtime.DefaultGroup("unused"),
+				runtime.ClientOpts(kgo.ConsumerGroup("zzz"), kgo.ConsumeTopics("other")))...)
 			runtime.Handle(app, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
 				s.add(string(d.Record().Value), d.Attempt())
 				require.Equal(t, "manual", d.Group())
@@ -39,6 +43,8 @@ func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
 			eventually(t, func() bool { return s.len() == 5 }, "5 records not handled")
 			stop(t, app)
 			require.Equal(t, map[int32]int64{0: 3, 1: 2}, c.Committed(t, "manual", "in"))
+			require.Empty(t, c.Committed(t, "manual", "other"))
+			require.Empty(t, c.Committed(t, "zzz", "in"))
 			got := s.values()
 			sort.Strings(got)
 			require.Equal(t, []string{"a0", "a1", "a2", "b0", "b1"}, got)

@@ -177,6 +177,17 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 				refusals[err.Error()] = true
 				add(option, "%s: %w", name, err)
 			}
+		} else {
+			static := cfg.instanceID != ""
+			for _, e := range ownedOptsErrs(cfg.clientOpts, s, false, static) {
+				if !refusals[e] { // the App's options: once
+					refusals[e] = true
+					add("ClientOpts", "%s: %s", name, e)
+				}
+			}
+			for _, e := range ownedOptsErrs(s.opts, s, true, static) {
+				add(name+".Config", "%s", e)
+			}
 		}
 		if dl := r.cfg.deadLetter; dl != "" {
 			if slices.Contains(s.topics, dl) { // a Pattern's own: checkTopics, which knows its exclusions
