@@ -68,7 +68,9 @@ var (
 // A ConfigError is an invalid or conflicting option, returned (joined with the others) by Start
 // before any I/O (DESIGN §3.10). Option names the option as the user wrote it, qualified by its
 // subscription for a registration's options, and by the subscription's group too when several
-// registrations share the subscription (`Topic("orders").Group("billing"): Workers`).
+// registrations share the subscription (`Topic("orders").Group("billing"): Workers`). A producer
+// option refused in ClientOpts is named ProducerOpts: the App's producer takes ClientOpts too, and
+// ProducerOpts is where producer options belong (docs/operations.md).
 type ConfigError struct {
 	Option string // "Brokers", "MaxPollRecords", "Topic(\"payouts\").Group", "Topic(\"payouts\"): Workers", ...
 	Err    error

@@ -85,11 +85,13 @@ type producer struct {
 // partition the RecordPartitioner of ProducerOpts or ClientOpts chooses (with none, keys hashed as
 // Kafka's Java client does, keyless records spread by StickyKeyPartitioner), so r.Partition counts
 // only under a partitioner that reads it, such as kgo.ManualPartitioner. Errors wrap franz-go's
-// (errors.Is works); after Shutdown has closed the producer it returns ErrClosed; a nil r, or one
-// with no topic and no kgo.DefaultProduceTopic in the options, wraps ErrInvalidRecord. A Context r
-// already has is kept: franz-go fails r if it ends before r is sent. Publish works before Start too
-// (to seed a topic, say): it opens the producer, which a failed Start or Shutdown closes, so call
-// Shutdown even on an App that never started. A nil ctx panics, as in Start.
+// (errors.Is works: a topic that does not exist gives kerr.UnknownTopicOrPartition, once franz-go
+// has looked for it kgo.UnknownTopicRetries times, 4 by default, not ErrUnconfirmed: r was never
+// sent); after Shutdown has closed the producer it returns ErrClosed; a nil r, or one with no topic
+// and no kgo.DefaultProduceTopic in the options, wraps ErrInvalidRecord. A Context r already has is
+// kept: franz-go fails r if it ends before r is sent. Publish works before Start too (to seed a
+// topic, say): it opens the producer, which a failed Start or Shutdown closes, so call Shutdown
+// even on an App that never started. A nil ctx panics, as in Start.
 func (a *App) Publish(ctx context.Context, r *kgo.Record) error {
 	mustCtx(ctx, "Publish")
 	if tw := windowOf(ctx); tw != nil {

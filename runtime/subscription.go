@@ -156,8 +156,11 @@ func (s Subscription) Group(group string) Subscription {
 func (s Subscription) Commit(m CommitMode) Subscription { s.mode = m; return s }
 
 // Start sets where reading starts when the group has no committed offset (Earliest by default). It
-// sets both franz-go's start offset and its reset offset; a committed offset always wins. A value
-// other than Earliest and Latest fails Start with a *ConfigError.
+// sets both franz-go's start offset and its reset offset; a committed offset always wins while it
+// is in range. One out of range (below the log start once retention or DeleteRecords removed its
+// records, above the end after a truncation) is reset to this start, in every mode: with Latest the
+// records between are skipped, which no commit mode can prevent; Earliest reads from the log start.
+// A value other than Earliest and Latest fails Start with a *ConfigError.
 func (s Subscription) Start(o StartOffset) Subscription { s.start = o; return s }
 
 // Config adds franz-go options for this subscription's client only, after the App's ClientOpts and
