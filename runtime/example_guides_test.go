@@ -695,6 +695,7 @@ func ExampleApp_Run() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop)        // a second signal ends the process at once
 	ctx, end := context.WithCancel(ctx) // stands in for the SIGTERM of an orchestrator
 	defer end()
 

@@ -30,8 +30,20 @@ func main() {
 		fmt.Fprintf(os.Stderr, "payouts: unexpected arguments %q: every setting is a flag (-h lists them)\n", flag.Args())
 		os.Exit(2)
 	}
+	if cfg.workers < 1 { // before the input is produced (the runtime would refuse it at Start)
+		fmt.Fprintf(os.Stderr, "payouts: -workers %d: need at least 1 lane per subscription\n", cfg.workers)
+		os.Exit(2)
+	}
 	if brokers != "" {
-		cfg.brokers = strings.Split(brokers, ",")
+		for _, b := range strings.Split(brokers, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				cfg.brokers = append(cfg.brokers, b)
+			}
+		}
+		if len(cfg.brokers) == 0 {
+			fmt.Fprintf(os.Stderr, "payouts: -brokers %q names no broker\n", brokers)
+			os.Exit(2)
+		}
 	}
 	level := slog.LevelError
 	if verbose {
@@ -41,6 +53,7 @@ func main() {
 	cfg.progress = isTerminal(os.Stdout)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop) // the first signal starts the shutdown; a second one ends the process
 	_, err := run(ctx, cfg, os.Stdout)
 	stop()
 	if err != nil {

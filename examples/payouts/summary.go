@@ -20,7 +20,7 @@ type Summary struct {
 	Seeding  time.Duration // producing the input
 	Settling time.Duration // from Start until every group had committed up to the high watermarks
 	Shutdown time.Duration
-	Complete bool // every group caught up before the timeout
+	Complete bool // every group's committed offsets reached the high watermarks by the run's end
 }
 
 // SubSummary is one subscription's part of the Summary.
