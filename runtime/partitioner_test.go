@@ -178,7 +178,7 @@ func TestTheProducerOptionsAreProbedOnlyAtStart(t *testing.T) {
 	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Transactional("tx-probe")), ack)
 	start(t, app)
 	atStart := h.n.Load()
-	require.Equal(t, int32(3), atStart, "the producer's probe, the Transactional session's probe, the session")
+	require.Equal(t, int32(4), atStart, "the producer's probe, ClientOpts's probe (readOwned), the Transactional session's probe, the session")
 	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
 	require.NoError(t, app.Publish(ctx, &kgo.Record{Topic: "out", Value: []byte("v")}))

@@ -65,6 +65,8 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	txnIDs := map[string]string{}        // transactional id → the subscription using it
 	shared := map[string]int{}           // registrations per subscription name: a shared one is named with its group
 	refusals := map[string]bool{}        // franz-go's refusals of the App's options reported: each once
+	var appOwned ownedOpts               // what ClientOpts sets that Tidemark cannot take back: read once
+	appOwnedRead := false
 	for _, e := range unjoin(prodErr) {
 		refusals[e.Error()] = true
 	}
@@ -179,13 +181,16 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 			}
 		} else {
 			static := cfg.instanceID != ""
-			for _, e := range ownedOptsErrs(cfg.clientOpts, s, false, static) {
+			if !appOwnedRead {
+				appOwned, appOwnedRead = readOwned(cfg.clientOpts), true
+			}
+			for _, e := range appOwned.errs(s, false, static) {
 				if !refusals[e] { // the App's options: once
 					refusals[e] = true
 					add("ClientOpts", "%s: %s", name, e)
 				}
 			}
-			for _, e := range ownedOptsErrs(s.opts, s, true, static) {
+			for _, e := range readOwned(s.opts).errs(s, true, static) {
 				add(name+".Config", "%s", e)
 			}
 		}
