@@ -173,6 +173,16 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.Handle(a, runtime.Topic("w").Commit(runtime.Transactional("w")).Config(kgo.TransactionalID("y")), ack)
 			},
 			[]string{"ClientOpts", "ClientOpts", `Topic("t").Config`}},
+		{"owned options beside a TLS config, which a probe's own Dialer would clash with (helper-130)", []runtime.Option{brokers, runtime.DefaultGroup("g"),
+			runtime.ClientOpts(kgo.DialTLSConfig(&tls.Config{}), kgo.InstanceID("pod-0"))},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
+			[]string{"ClientOpts"}},
+		{"owned options in a Config valid only with ClientOpts (helper-130)", []runtime.Option{brokers, runtime.DefaultGroup("g"),
+			runtime.ClientOpts(kgo.BrokerMaxReadBytes(200 << 20))},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t").Commit(runtime.Tracked).Config(kgo.FetchMaxBytes(150<<20), kgo.TransactionalID("x")), ack)
+			},
+			[]string{`Topic("t").Config`}},
 		{"kgo.InstanceID in a Config without runtime.InstanceID", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t").Config(kgo.InstanceID("pod-0")), ack) },
 			[]string{`Topic("t").Config`}},

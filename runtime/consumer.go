@@ -168,9 +168,9 @@ func (c *consumer) clientOpts() []kgo.Opt {
 		kgo.KeepControlRecords(),
 	)
 	if c.manual { // the partitions and their offsets are added by start
-		// Neither a group nor topics of the user's options: franz-go would read those topics, or,
-		// in a group, none of the partitions start adds (helper-128).
-		opts = append(opts, kgo.ConsumerGroup(""), kgo.ConsumeTopics())
+		// Neither a group nor topics nor partitions of the user's options: franz-go would read those
+		// too, or, in a group, none of the partitions start adds (helpers 128, 130).
+		opts = append(opts, kgo.ConsumerGroup(""), kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))
 		if c.kgoLog != nil { // not in Start's validation
 			opts = append(opts, kgo.WithLogger(c.kgoLog))
 		}

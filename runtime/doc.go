@@ -50,16 +50,17 @@
 // For group subscriptions Tidemark sets, after the user's ClientOpts and Subscription.Config:
 // ConsumerGroup, ConsumeTopics (and ConsumeRegex), BlockRebalanceOnPoll, OnPartitionsAssigned,
 // OnPartitionsRevoked, OnPartitionsLost, KeepControlRecords, ConsumeStartOffset, ConsumeResetOffset
-// and InstanceID (with runtime.InstanceID); for Partitions subscriptions, no group and no topics;
-// in the Auto and Tracked modes AutoCommitMarks and AutoCommitCallback; in the Transactional mode
-// TransactionalID, read_committed and a RecordPartitioner that wraps the user's to pin retry
-// copies. A Transactional session takes the App's ProducerOpts too, between ClientOpts and
-// Subscription.Config: the subscription's own options win. The isolation level (read_committed) is
-// set before the user's options, so they can override it, except in the Transactional mode, which
-// always reads read_committed. Every client, the App's producer's too, gets a WithLogger that
-// passes franz-go's lines to the user's own kgo.Logger and watches for a topic deleted and created
-// again (ErrTopicRecreated); a group subscription's client, a hook (WithHooks, beside the user's)
-// that watches for a fence (ErrInstanceFenced). Start refuses the options franz-go accepts that
-// it cannot take back: kgo.ConsumeRegex outside a Pattern, kgo.InstanceID without
-// runtime.InstanceID, kgo.TransactionalID in an Auto or Tracked subscription's Config.
+// and InstanceID (with runtime.InstanceID); for Partitions subscriptions, no group, topics or
+// partitions of the user's; in the Auto and Tracked modes AutoCommitMarks and AutoCommitCallback;
+// in the Transactional mode TransactionalID, read_committed and a RecordPartitioner that wraps the
+// user's to pin retry copies. A Transactional session takes the App's ProducerOpts too, between
+// ClientOpts and Subscription.Config: the subscription's own options win. The isolation level
+// (read_committed) is set before the user's options, so they can override it, except in the
+// Transactional mode, which always reads read_committed. Every client, the App's producer's too,
+// gets a WithLogger that passes franz-go's lines to the user's own kgo.Logger and watches for a
+// topic deleted and created again (ErrTopicRecreated); a group subscription's client, a hook
+// (WithHooks, beside the user's) that watches for a fence (ErrInstanceFenced). Start refuses the
+// options franz-go accepts that it cannot take back: kgo.ConsumeRegex outside a Pattern,
+// kgo.InstanceID without runtime.InstanceID, kgo.TransactionalID in an Auto or Tracked
+// subscription's Config.
 package runtime

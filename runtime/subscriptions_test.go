@@ -18,9 +18,10 @@ import (
 )
 
 // Manual partitions have no group membership: they start from the named group's committed offsets
-// and commit into it with kadm (DESIGN §3.10). A group and topics in ClientOpts, which group
-// subscriptions override, are overridden here too (helper-128: with a group the subscription read
-// nothing; with topics it read them and committed them into its group).
+// and commit into it with kadm (DESIGN §3.10). A group, topics and partitions in ClientOpts, which
+// group subscriptions override, are overridden here too (helpers 128, 130: with a group the
+// subscription read nothing; with topics or partitions it read them and committed them into its
+// group).
 func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
 	for _, mode := range []runtime.CommitMode{runtime.Auto, runtime.Tracked} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -33,7 +34,8 @@ func TestManualPartitionsReadAndCommitTheirGroup(t *testing.T) {
 
 			var s seen
 			app := runtime.New(appOpts(c, runtime.DefaultGroup("unused"),
-				runtime.ClientOpts(kgo.ConsumerGroup("zzz"), kgo.ConsumeTopics("other")))...)
+				runtime.ClientOpts(kgo.ConsumerGroup("zzz"), kgo.ConsumeTopics("other"),
+					kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"other": {0: kgo.NewOffset().AtStart()}})))...)
 			runtime.Handle(app, sub, runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error {
 				s.add(string(d.Record().Value), d.Attempt())
 				require.Equal(t, "manual", d.Group())

@@ -184,14 +184,17 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 			if !appOwnedRead {
 				appOwned, appOwnedRead = readOwned(cfg.clientOpts), true
 			}
-			for _, e := range appOwned.errs(s, false, static) {
+			// ClientOpts's TransactionalID is refused as ProducerOpts's already: not again here.
+			for _, e := range appOwned.errs(s, ownedOpts{txnID: appOwned.txnID}, static) {
 				if !refusals[e] { // the App's options: once
 					refusals[e] = true
 					add("ClientOpts", "%s: %s", name, e)
 				}
 			}
-			for _, e := range readOwned(s.opts).errs(s, true, static) {
-				add(name+".Config", "%s", e)
+			if len(s.opts) > 0 { // with ClientOpts: some options are valid only together (helper-130)
+				for _, e := range readOwned(append(slices.Clone(cfg.clientOpts), s.opts...)).errs(s, appOwned, static) {
+					add(name+".Config", "%s", e)
+				}
 			}
 		}
 		if dl := r.cfg.deadLetter; dl != "" {

@@ -30,8 +30,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "payouts: unexpected arguments %q: every setting is a flag (-h lists them)\n", flag.Args())
 		os.Exit(2)
 	}
-	if cfg.workers < 1 { // before the input is produced (the runtime would refuse it at Start)
-		fmt.Fprintf(os.Stderr, "payouts: -workers %d: need at least 1 lane per subscription\n", cfg.workers)
+	if cfg.workers < 1 || cfg.workers > 65536 { // before the input is produced (Start would refuse it)
+		fmt.Fprintf(os.Stderr, "payouts: -workers %d: need 1 to 65536 lanes per subscription\n", cfg.workers)
 		os.Exit(2)
 	}
 	if brokers != "" {
