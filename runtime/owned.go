@@ -6,9 +6,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ownedOpts is what a set of franz-go options (the App's ClientOpts, or a subscription's Config)
-// sets among the options Tidemark decides but cannot take back after them, though franz-go accepts
-// them (helper-128).
+// ownedOpts is what a set of franz-go options (the App's ClientOpts, alone or with a subscription's
+// Config) sets among the options Tidemark decides but cannot take back after them, though franz-go
+// accepts them (helper-128).
 type ownedOpts struct {
 	regex      bool   // kgo.ConsumeRegex
 	instanceID string // kgo.InstanceID
@@ -41,10 +41,9 @@ func readOwned(opts []kgo.Opt) ownedOpts {
 // a subscription that is not a Pattern (its topic names would be read as regular expressions, its
 // dead-letter topic included, and a Partitions subscription would read nothing), kgo.InstanceID
 // unless runtime.InstanceID is set (static), which overrides it (one id on every client fences them
-// against each other: runtime.InstanceID gives each subscription its own), and, in the
-// subscription's own options, a kgo.TransactionalID outside the Transactional mode (franz-go then
-// stops autocommitting: nothing would be committed before Shutdown; ClientOpts's is refused with
-// ProducerOpts's).
+// against each other: runtime.InstanceID gives each subscription its own), and a
+// kgo.TransactionalID outside the Transactional mode (franz-go then stops autocommitting: nothing
+// would be committed before Shutdown; ClientOpts's is refused with ProducerOpts's).
 func (o ownedOpts) errs(s Subscription, app ownedOpts, static bool) []string {
 	var errs []string
 	if o.regex && !app.regex && s.kind != subPattern {
