@@ -183,6 +183,29 @@ func TestStartRejectsBadConfiguration(t *testing.T) {
 				runtime.Handle(a, runtime.Topic("t").Commit(runtime.Tracked).Config(kgo.FetchMaxBytes(150<<20), kgo.TransactionalID("x")), ack)
 			},
 			[]string{`Topic("t").Config`}},
+		{"owned options beside options franz-go refuses without Tidemark's own (helper-131)", []runtime.Option{brokers, runtime.DefaultGroup("g"),
+			runtime.ClientOpts(kgo.ConsumeStartOffset(kgo.RewindOffset(0)), kgo.ConsumeRegex())},
+			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t"), ack) },
+			[]string{"ClientOpts"}},
+		{"a TransactionalID beside ConsumeExcludeTopics in a Pattern's Config (helper-131)", []runtime.Option{brokers, runtime.DefaultGroup("g")},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Pattern("^ev").Commit(runtime.Tracked).
+					Config(kgo.ConsumeExcludeTopics("^ev-skip$"), kgo.TransactionalID("x")), ack, runtime.RetryToSource())
+			},
+			[]string{`Pattern("^ev").Config`}},
+		{"kgo.InstanceID beside ConsumeExcludeTopics, every subscription a Pattern (helper-131)", []runtime.Option{brokers, runtime.DefaultGroup("g"),
+			runtime.ClientOpts(kgo.ConsumeExcludeTopics("^skip$"), kgo.InstanceID("pod-0"))},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Pattern("^ev"), ack, runtime.RetryToSource())
+				runtime.Handle(a, runtime.Pattern("^lg"), ack, runtime.RetryToSource())
+			},
+			[]string{"ClientOpts"}},
+		{"kgo.InstanceID in ClientOpts valid only with the Config: named with both", []runtime.Option{brokers, runtime.DefaultGroup("g"),
+			runtime.ClientOpts(kgo.FetchMaxBytes(200<<20), kgo.InstanceID("pod-0"))},
+			func(a *runtime.App) {
+				runtime.Handle(a, runtime.Topic("t").Config(kgo.BrokerMaxReadBytes(300<<20)), ack)
+			},
+			[]string{`Topic("t").Config`}},
 		{"kgo.InstanceID in a Config without runtime.InstanceID", []runtime.Option{brokers, runtime.DefaultGroup("g")},
 			func(a *runtime.App) { runtime.Handle(a, runtime.Topic("t").Config(kgo.InstanceID("pod-0")), ack) },
 			[]string{`Topic("t").Config`}},

@@ -1,30 +1,74 @@
 package runtime
 
 import (
-	"slices"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ownedOpts is what a set of franz-go options (the App's ClientOpts, alone or with a subscription's
-// Config) sets among the options Tidemark decides but cannot take back after them, though franz-go
-// accepts them (helper-128).
+// ownedOpts is what a client's options set among the options Tidemark decides for a subscription
+// but cannot take back once the user's options have set them, though franz-go accepts them
+// (helper-128).
 type ownedOpts struct {
 	regex      bool   // kgo.ConsumeRegex
 	instanceID string // kgo.InstanceID
 	txnID      string // kgo.TransactionalID
 }
 
-// readOwned reads ownedOpts from a client made with opts and closed unused, with no group, topics
-// or partitions to consume: it has nothing to fetch or produce, and dials nothing (a Dialer of its
-// own would clash with a kgo.DialTLSConfig of the user's: helper-130). Options franz-go refuses
-// give the zero ownedOpts (consumerOptsErr reports them), and so do none.
-func readOwned(opts []kgo.Opt) ownedOpts {
-	if len(opts) == 0 {
-		return ownedOpts{}
+// ownedProblem is one of those options set by the user: what it would do, and where it was set
+// ("ClientOpts", or "Config" for the subscription's own).
+type ownedProblem struct{ where, text string }
+
+// ownedProblems returns the owned options the user's options set for the consumer of r, the i-th
+// registration (in group: validate's), that s cannot take: kgo.ConsumeRegex on a subscription that
+// is not a Pattern (its topic names would be read as regular expressions, its dead-letter topic
+// included, and a Partitions subscription would read nothing), kgo.InstanceID unless
+// runtime.InstanceID is set, which overrides it (one id on every client fences them against each
+// other: runtime.InstanceID gives each subscription its own), and a kgo.TransactionalID outside
+// the Transactional mode (franz-go then stops autocommitting: nothing would be committed before
+// Shutdown; in ClientOpts it is refused as a producer option already, so not here). Tidemark sets
+// each of them itself only where it is allowed, so what the client's full options hold elsewhere
+// is the user's; removing ClientOpts, or the subscription's Config, says whose (helper-131: probing
+// the user's options alone missed them when franz-go refused those alone).
+func ownedProblems(cfg appConfig, i int, r registration, group string) []ownedProblem {
+	s := r.sub
+	static := cfg.instanceID != ""
+	bad := func(o ownedOpts) (regex, id, txn bool) {
+		return o.regex && s.kind != subPattern, o.instanceID != "" && !static, o.txnID != "" && s.mode.kind != modeTxn
 	}
-	probe := append(slices.Clone(opts), kgo.ConsumerGroup(""), kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))
-	cl, err := kgo.NewClient(probe...)
+	regex, id, txn := bad(readOwned(cfg, i, r, group))
+	if !regex && !id && !txn {
+		return nil
+	}
+	noConfig, noClient := r, cfg
+	noConfig.sub.opts = nil
+	noClient.clientOpts = nil
+	cRegex, cID, cTxn := bad(readOwned(cfg, i, noConfig, group))
+	oRegex, oID, oTxn := bad(readOwned(noClient, i, r, group))
+	var ps []ownedProblem
+	add := func(found, inClient, inConfig bool, text string) {
+		switch {
+		case !found:
+		case inClient:
+			ps = append(ps, ownedProblem{"ClientOpts", text})
+		case inConfig:
+			ps = append(ps, ownedProblem{"Config", text})
+		default: // neither alone makes a client franz-go accepts
+			ps = append(ps, ownedProblem{"Config", "with ClientOpts: " + text})
+		}
+	}
+	add(regex, cRegex, oRegex, "kgo.ConsumeRegex would read the subscription's topic names as regular expressions: subscribe with Pattern")
+	add(id, cID, oID, "kgo.InstanceID: set the static member id with runtime.InstanceID, which gives each subscription's client its own (one id on two clients fences them)")
+	add(txn && !cTxn, false, oTxn, "kgo.TransactionalID stops franz-go's autocommit: nothing would be committed before Shutdown; for exactly-once use Commit(runtime.Transactional(id))")
+	return ps
+}
+
+// readOwned reads ownedOpts from a client made, and closed unused, with the options the consumer
+// of r makes its client with (validationConsumer), then no topics or partitions to consume: with
+// nothing to fetch or produce, it dials nothing (its group, if any, is joined only once it has
+// topics). Options franz-go refuses give the zero ownedOpts (consumerOptsErr reports them).
+func readOwned(cfg appConfig, i int, r registration, group string) ownedOpts {
+	opts := append(validationConsumer(cfg, i, r, r.sub, group).clientOpts(),
+		kgo.ConsumeTopics(), kgo.ConsumePartitions(nil))
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return ownedOpts{}
 	}
@@ -34,26 +78,4 @@ func readOwned(opts []kgo.Opt) ownedOpts {
 	o.instanceID, _ = cl.OptValue(kgo.InstanceID).(string)
 	o.txnID, _ = cl.OptValue(kgo.TransactionalID).(string)
 	return o
-}
-
-// errs returns, one sentence each, what o sets that s cannot take, minus what app (the App's
-// ClientOpts alone, reported for the first subscription it fails) sets already: kgo.ConsumeRegex on
-// a subscription that is not a Pattern (its topic names would be read as regular expressions, its
-// dead-letter topic included, and a Partitions subscription would read nothing), kgo.InstanceID
-// unless runtime.InstanceID is set (static), which overrides it (one id on every client fences them
-// against each other: runtime.InstanceID gives each subscription its own), and a
-// kgo.TransactionalID outside the Transactional mode (franz-go then stops autocommitting: nothing
-// would be committed before Shutdown; ClientOpts's is refused with ProducerOpts's).
-func (o ownedOpts) errs(s Subscription, app ownedOpts, static bool) []string {
-	var errs []string
-	if o.regex && !app.regex && s.kind != subPattern {
-		errs = append(errs, "kgo.ConsumeRegex would read the subscription's topic names as regular expressions: subscribe with Pattern")
-	}
-	if o.instanceID != "" && app.instanceID == "" && !static {
-		errs = append(errs, "kgo.InstanceID: set the static member id with runtime.InstanceID, which gives each subscription's client its own (one id on two clients fences them)")
-	}
-	if o.txnID != "" && app.txnID == "" && s.mode.kind != modeTxn {
-		errs = append(errs, "kgo.TransactionalID stops franz-go's autocommit: nothing would be committed before Shutdown; for exactly-once use Commit(runtime.Transactional(id))")
-	}
-	return errs
 }

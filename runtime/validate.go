@@ -65,8 +65,6 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	txnIDs := map[string]string{}        // transactional id → the subscription using it
 	shared := map[string]int{}           // registrations per subscription name: a shared one is named with its group
 	refusals := map[string]bool{}        // franz-go's refusals of the App's options reported: each once
-	var appOwned ownedOpts               // what ClientOpts sets that Tidemark cannot take back: read once
-	appOwnedRead := false
 	for _, e := range unjoin(prodErr) {
 		refusals[e.Error()] = true
 	}
@@ -180,20 +178,13 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 				add(option, "%s: %w", name, err)
 			}
 		} else {
-			static := cfg.instanceID != ""
-			if !appOwnedRead {
-				appOwned, appOwnedRead = readOwned(cfg.clientOpts), true
-			}
-			// ClientOpts's TransactionalID is refused as ProducerOpts's already: not again here.
-			for _, e := range appOwned.errs(s, ownedOpts{txnID: appOwned.txnID}, static) {
-				if !refusals[e] { // the App's options: once
-					refusals[e] = true
-					add("ClientOpts", "%s: %s", name, e)
-				}
-			}
-			if len(s.opts) > 0 { // with ClientOpts: some options are valid only together (helper-130)
-				for _, e := range readOwned(append(slices.Clone(cfg.clientOpts), s.opts...)).errs(s, appOwned, static) {
-					add(name+".Config", "%s", e)
+			for _, p := range ownedProblems(cfg, i, r, group) {
+				switch {
+				case p.where == "Config":
+					add(name+".Config", "%s", p.text)
+				case !refusals[p.text]: // the App's options: once
+					refusals[p.text] = true
+					add("ClientOpts", "%s: %s", name, p.text)
 				}
 			}
 		}
@@ -303,14 +294,8 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 // problem of a client: the next shows once it is fixed.
 func consumerOptsErr(cfg appConfig, i int, r registration, group string) (option string, err error) {
 	refused := func(cfg appConfig, s Subscription) error {
-		if s.mode.txnID == "" {
-			s.mode.txnID = "probe" // an empty one is the Commit check's
-		}
-		c := &consumer{app: &App{cfg: cfg}, idx: i, sub: s, cfg: r.cfg, group: group,
-			txnMode: s.mode.kind == modeTxn, manual: s.kind == subPartitions,
-			probed: true, txnPart: kgo.StickyKeyPartitioner(nil)} // no probe: no client comes and goes
 		// The seeds last: Brokers is checked on its own.
-		return kgo.ValidateOpts(append(c.clientOpts(), kgo.SeedBrokers("127.0.0.1"))...)
+		return kgo.ValidateOpts(append(validationConsumer(cfg, i, r, s, group).clientOpts(), kgo.SeedBrokers("127.0.0.1"))...)
 	}
 	if err = refused(cfg, r.sub); err == nil {
 		return "", nil
@@ -330,6 +315,18 @@ func consumerOptsErr(cfg appConfig, i int, r registration, group string) (option
 		return "ProducerOpts", err
 	}
 	return "ClientOpts", err
+}
+
+// validationConsumer is the consumer of r, the i-th registration, as far as its clientOpts go,
+// with s as its subscription, for Start's checks of its client's options (consumerOptsErr,
+// ownedProblems): it makes no client of its own (probed), and has no logger or hook.
+func validationConsumer(cfg appConfig, i int, r registration, s Subscription, group string) *consumer {
+	if s.mode.txnID == "" {
+		s.mode.txnID = "probe" // an empty one is the Commit check's
+	}
+	return &consumer{app: &App{cfg: cfg}, idx: i, sub: s, cfg: r.cfg, group: group,
+		txnMode: s.mode.kind == modeTxn, manual: s.kind == subPartitions,
+		probed: true, txnPart: kgo.StickyKeyPartitioner(nil)}
 }
 
 // clientCheckable reports whether the options of s's client can be checked: a problem of s's own
