@@ -69,14 +69,15 @@ func DefaultGroup(group string) Option {
 // ClientOpts adds franz-go options to every subscription's client: connection settings (TLS, SASL,
 // dialer), timeouts, fetch sizes. Options each commit mode owns (AutoCommitMarks,
 // BlockRebalanceOnPoll, the OnPartitions* callbacks, KeepControlRecords, ConsumerGroup,
-// ConsumeTopics) are applied after these and win; the isolation level (read_committed by default)
-// is applied before them, so it can be overridden, except by a Transactional subscription, which
-// always reads read_committed (DESIGN §3.10). A nil option fails Start with a *ConfigError naming
-// ClientOpts and its position in this call, from 1; so does an option franz-go refuses on some
-// subscription's client (kgo.ConsumeExcludeTopics where a subscription has no Pattern: give it to
-// that Pattern's Subscription.Config), naming the subscription, and an option franz-go accepts
-// that Tidemark cannot take back: kgo.ConsumeRegex (use Pattern), kgo.InstanceID without
-// runtime.InstanceID (docs/operations.md, "franz-go options Tidemark sets").
+// ConsumeTopics; a Partitions subscription takes no group, topics or ConsumePartitions of these)
+// are applied after these and win; the isolation level (read_committed by default) is applied
+// before them, so it can be overridden, except by a Transactional subscription, which always reads
+// read_committed (DESIGN §3.10). A nil option fails Start with a *ConfigError naming ClientOpts and
+// its position in this call, from 1; so does an option franz-go refuses on some subscription's
+// client (kgo.ConsumeExcludeTopics where a subscription has no Pattern: give it to that Pattern's
+// Subscription.Config), naming the subscription, and an option franz-go accepts that Tidemark
+// cannot take back: kgo.ConsumeRegex (use Pattern), kgo.InstanceID without runtime.InstanceID
+// (docs/operations.md, "franz-go options Tidemark sets").
 func ClientOpts(opts ...kgo.Opt) Option {
 	return appOption(func(c *appConfig) { c.clientOpts = c.appendOpts(c.clientOpts, "ClientOpts", opts) })
 }
