@@ -22,12 +22,13 @@ type ownedProblem struct{ where, text string }
 // is not a Pattern (its topic names would be read as regular expressions, its dead-letter topic
 // included, and a Partitions subscription would read nothing), kgo.InstanceID unless
 // runtime.InstanceID is set, which overrides it (one id on every client fences them against each
-// other: runtime.InstanceID gives each subscription its own), and a kgo.TransactionalID outside
-// the Transactional mode (franz-go then stops autocommitting: nothing would be committed before
+// other: runtime.InstanceID gives each subscription its own), and a kgo.TransactionalID outside the
+// Transactional mode (franz-go then stops autocommitting: nothing would be committed before
 // Shutdown; in ClientOpts it is refused as a producer option already, so not here). Tidemark sets
-// each of them itself only where it is allowed, so what the client's full options hold elsewhere
-// is the user's; removing ClientOpts, or the subscription's Config, says whose (helper-131: probing
-// the user's options alone missed them when franz-go refused those alone).
+// each of them itself only where it is allowed, so what the client's full options hold elsewhere is
+// the user's; removing ClientOpts, or the subscription's Config, says whose (helper-131: probing
+// the user's options alone missed them when franz-go refused those alone). One set in both is named
+// once, ClientOpts's first.
 func ownedProblems(cfg appConfig, i int, r registration, group string) []ownedProblem {
 	s := r.sub
 	static := cfg.instanceID != ""
@@ -51,8 +52,8 @@ func ownedProblems(cfg appConfig, i int, r registration, group string) []ownedPr
 			ps = append(ps, ownedProblem{"ClientOpts", text})
 		case inConfig:
 			ps = append(ps, ownedProblem{"Config", text})
-		default: // neither alone makes a client franz-go accepts
-			ps = append(ps, ownedProblem{"Config", "with ClientOpts: " + text})
+		default: // neither alone makes a client franz-go accepts: say so (helper-132)
+			ps = append(ps, ownedProblem{"Config", "set in ClientOpts or in this Config (Start cannot tell which: franz-go refuses each without the other): " + text})
 		}
 	}
 	add(regex, cRegex, oRegex, "kgo.ConsumeRegex would read the subscription's topic names as regular expressions: subscribe with Pattern")
