@@ -79,9 +79,12 @@ type consumer struct {
 	wake       chan struct{}
 	wg         sync.WaitGroup // lanes and the committer
 	closing    atomic.Bool    // set before the client leaves the group at shutdown
-	// committedFinal: Shutdown's final commit succeeded, or passed its bound; written before
-	// closing is set, read after it is (onRevoked)
-	committedFinal bool
+	// committedFinal: Shutdown's final commit succeeded, passed its bound, or was fenced: a revoke
+	// after it (leaving the group, or franz-go ending a fenced session first) commits nothing.
+	// finalStarted is set as that commit begins, finalDone closed once committedFinal is set.
+	committedFinal atomic.Bool
+	finalStarted   atomic.Bool
+	finalDone      chan struct{}
 
 	txnMu    sync.Mutex
 	txnTried map[tp]map[int64]int   // Transactional: failed deliveries per offset, across aborted windows
@@ -94,22 +97,23 @@ type consumer struct {
 
 func newConsumer(a *App, idx int, r registration, base context.Context) (*consumer, error) {
 	c := &consumer{
-		app:      a,
-		idx:      idx,
-		sub:      r.sub,
-		cfg:      r.cfg,
-		h:        r.handler,
-		bh:       r.batch,
-		batchN:   r.batchN,
-		group:    a.groupOf(r.sub),
-		tracked:  r.sub.mode.kind == modeTracked,
-		txnMode:  r.sub.mode.kind == modeTxn,
-		manual:   r.sub.kind == subPartitions,
-		obs:      a.cfg.observer,
-		ready:    make(chan struct{}),
-		pollDone: make(chan struct{}),
-		stopComm: make(chan struct{}),
-		wake:     make(chan struct{}, 1),
+		app:       a,
+		idx:       idx,
+		sub:       r.sub,
+		cfg:       r.cfg,
+		h:         r.handler,
+		bh:        r.batch,
+		batchN:    r.batchN,
+		group:     a.groupOf(r.sub),
+		tracked:   r.sub.mode.kind == modeTracked,
+		txnMode:   r.sub.mode.kind == modeTxn,
+		manual:    r.sub.kind == subPartitions,
+		obs:       a.cfg.observer,
+		ready:     make(chan struct{}),
+		pollDone:  make(chan struct{}),
+		stopComm:  make(chan struct{}),
+		finalDone: make(chan struct{}),
+		wake:      make(chan struct{}, 1),
 	}
 	_, nop := c.obs.(NopObserver)
 	c.observed = !nop

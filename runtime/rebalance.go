@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -65,8 +66,16 @@ func (c *consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 		ps.cancel(cause)
 	}
 	c.finalMarks(pss)
-	if c.closing.Load() && c.committedFinal {
-		// Leaving the group at shutdown: Shutdown's final commit succeeded, or passed its own
+	if c.finalStarted.Load() { // a fence of the final commit may end the session before it returns
+		select {
+		case <-c.finalDone:
+		case <-time.After(commitTimeout):
+		}
+	}
+	if c.committedFinal.Load() {
+		// After Shutdown's final commit, leaving the group (or a fenced session that franz-go ends
+		// first, before Shutdown leaves it: then its commit would be refused again on Kafka, and
+		// kfake took it) commits nothing: that commit succeeded, was fenced, or passed its own
 		// bound, which another commit would pay twice (DESIGN §3.7). After a commit that was
 		// refused at once, this one tries again.
 		return

@@ -143,6 +143,7 @@ func (a *App) stopAll(ctx context.Context) error {
 	}
 	for _, c := range cs {
 		cctx, cancel := commitContext(context.WithoutCancel(ctx))
+		c.finalStarted.Store(true)
 		c.finalMarks(c.d.owned())
 		err := c.commitMarked(cctx)
 		fenced := errors.Is(err, kerr.FencedInstanceID)
@@ -156,7 +157,8 @@ func (a *App) stopAll(ctx context.Context) error {
 		}
 		// Leaving the group commits once more only after a commit that failed before its bound
 		// (a refusal), not fenced: one that passed its bound would pay it twice (onRevoked).
-		c.committedFinal = err == nil || cctx.Err() != nil || fenced
+		c.committedFinal.Store(err == nil || cctx.Err() != nil || fenced)
+		close(c.finalDone)
 		cancel()
 	}
 	// 5. leave the group, then wait for every goroutine
