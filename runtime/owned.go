@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"slices"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -8,9 +10,10 @@ import (
 // but cannot take back once the user's options have set them, though franz-go accepts them
 // (helper-128).
 type ownedOpts struct {
-	regex      bool   // kgo.ConsumeRegex
-	instanceID string // kgo.InstanceID
-	txnID      string // kgo.TransactionalID
+	regex      bool    // kgo.ConsumeRegex
+	instanceID string  // kgo.InstanceID
+	txnID      string  // kgo.TransactionalID
+	refused    []error // publishRefusals: a Transactional session produces Tidemark's records too
 }
 
 // ownedProblem is one of those options set by the user: what it would do, and where it was set
@@ -28,21 +31,27 @@ type ownedProblem struct{ where, text string }
 // each of them itself only where it is allowed, so what the client's full options hold elsewhere is
 // the user's; removing ClientOpts, or the subscription's Config, says whose (helper-131: probing
 // the user's options alone missed them when franz-go refused those alone). One set in both is named
-// once, ClientOpts's first.
+// once, ClientOpts's first. For a Transactional subscription, whose session produces, it also
+// returns publishRefusals that its Config adds (ProducerOpts's and ClientOpts's are checkOpts's).
 func ownedProblems(cfg appConfig, i int, r registration, group string) []ownedProblem {
 	s := r.sub
 	static := cfg.instanceID != ""
 	bad := func(o ownedOpts) (regex, id, txn bool) {
 		return o.regex && s.kind != subPattern, o.instanceID != "" && !static, o.txnID != "" && s.mode.kind != modeTxn
 	}
-	regex, id, txn := bad(readOwned(cfg, i, r, group))
-	if !regex && !id && !txn {
+	full := readOwned(cfg, i, r, group)
+	regex, id, txn := bad(full)
+	if s.mode.kind != modeTxn {
+		full.refused = nil // only a Transactional subscription's client produces
+	}
+	if !regex && !id && !txn && len(full.refused) == 0 {
 		return nil
 	}
 	noConfig, noClient := r, cfg
 	noConfig.sub.opts = nil
 	noClient.clientOpts = nil
-	cRegex, cID, cTxn := bad(readOwned(cfg, i, noConfig, group))
+	client := readOwned(cfg, i, noConfig, group)
+	cRegex, cID, cTxn := bad(client)
 	oRegex, oID, oTxn := bad(readOwned(noClient, i, r, group))
 	var ps []ownedProblem
 	add := func(found, inClient, inConfig bool, text string) {
@@ -59,6 +68,11 @@ func ownedProblems(cfg appConfig, i int, r registration, group string) []ownedPr
 	add(regex, cRegex, oRegex, "kgo.ConsumeRegex would read the subscription's topic names as regular expressions: subscribe with Pattern")
 	add(id, cID, oID, "kgo.InstanceID: set the static member id with runtime.InstanceID, which gives each subscription's client its own (one id on two clients fences them)")
 	add(txn && !cTxn, false, oTxn, "kgo.TransactionalID stops franz-go's autocommit: nothing would be committed before Shutdown; for exactly-once use Commit(runtime.Transactional(id))")
+	for _, e := range full.refused { // ProducerOpts's and ClientOpts's are checkOpts's (helper-117)
+		if !slices.Contains(client.refused, e) {
+			ps = append(ps, ownedProblem{"Config", e.Error()})
+		}
+	}
 	return ps
 }
 
@@ -78,5 +92,6 @@ func readOwned(cfg appConfig, i int, r registration, group string) ownedOpts {
 	o.regex, _ = cl.OptValue(kgo.ConsumeRegex).(bool)
 	o.instanceID, _ = cl.OptValue(kgo.InstanceID).(string)
 	o.txnID, _ = cl.OptValue(kgo.TransactionalID).(string)
+	o.refused = publishRefusals(cl)
 	return o
 }

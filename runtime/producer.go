@@ -411,20 +411,6 @@ func publishRefusals(cl *kgo.Client) []error {
 	return errs
 }
 
-// sessionOptsErr returns publishRefusals of the options a Transactional subscription's Config adds
-// to its session, which produces too, joined, as checkOpts refuses them in ProducerOpts and
-// ClientOpts (helper-117: with Config's DefaultProduceTopicAlways a Publish into the window went
-// to the default topic). Options franz-go refuses are reported by the client's own check
-// (consumerOptsErr).
-func sessionOptsErr(opts []kgo.Opt) error {
-	var refused error
-	_ = probeOpts(opts, func(cl *kgo.Client) error {
-		refused = errors.Join(publishRefusals(cl)...)
-		return nil
-	})
-	return refused
-}
-
 // close flushes what is buffered, bounded by FlushTimeout, closes the client, which fails what the
 // brokers did not confirm (counted in unflushed), and waits for every publish's promise; publishes
 // after it fail with ErrClosed. Later calls return the first one's result.

@@ -121,11 +121,6 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 			if s.kind == subPartitions {
 				add(name+".Commit", "Transactional needs group membership: manual partitions cannot use it")
 			}
-			if len(s.opts) > 0 {
-				if err := sessionOptsErr(s.opts); err != nil {
-					add(name+".Config", "%w", err)
-				}
-			}
 		}
 		if r.cfg.commitInterval <= 0 {
 			add(name+": CommitInterval", "need a positive duration, got %s", r.cfg.commitInterval)
