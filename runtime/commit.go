@@ -368,7 +368,7 @@ func (c *consumer) reportInFlight() {
 	c.d.mu.Lock()
 	evs := make([]InFlightEvent, 0, len(c.d.parts))
 	for _, ps := range c.d.parts {
-		ev := InFlightEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, InFlight: ps.held}
+		ev := InFlightEvent{Group: c.group, Topic: ps.topic, Partition: ps.partition, InFlight: ps.inFlight()}
 		if ps.trk != nil {
 			if off, ok := ps.trk.Oldest(); ok {
 				if off != ps.oldest {

@@ -32,7 +32,7 @@ type partState struct {
 	closed atomic.Bool // set once revoked, lost or shut down: nothing more is dispatched
 	sealed atomic.Bool // set under markMu by its final marks (revoke, shutdown) or its loss: no more marks
 
-	held        int              // records held: queued, running, parked
+	held        int              // records held: queued, running, parked, and settled in a lane's take not yet finished
 	handling    int              // records in a handler right now
 	paused      bool             // back-pressure: the partition gets no more records (DESIGN §3.6)
 	holdsPoll   bool             // paused, and holding the poll loop off
@@ -55,6 +55,11 @@ type partState struct {
 
 	rewound atomic.Pointer[rewindMark] // Auto, Tracked: the rewinds so far (see stale); nil before any
 
+	// settling is, when an Observer is set, how many records held counts that a Handler's lane has
+	// settled in a take it has not finished (up to laneTake-1 of a unit): lanes add each one as it
+	// is settled, finishTake takes them off under dispatcher.mu as it releases them (inFlight).
+	settling atomic.Int32
+
 	// guarded by dispatcher.mu, used by the committer
 	high        int64     // the highest offset admitted (Transactional: into the current window), -1 for none
 	oldest      int64     // Tracked: the oldest in-flight offset last seen, for InFlightEvent.OldestAge
@@ -62,6 +67,11 @@ type partState struct {
 
 	marked kgo.EpochOffset // Auto: the position last marked (guarded by consumer.markMu), {-1, 0} before any
 }
+
+// inFlight returns the records ps holds for its events (DeliveredEvent, InFlightEvent): queued,
+// running or parked, not those a lane has settled in a take it has not finished yet.
+// dispatcher.mu held.
+func (ps *partState) inFlight() int { return ps.held - int(ps.settling.Load()) }
 
 // A rewindMark is a partition's rewinds so far: the records admitted before one of them at or
 // above its offset are stale (see stale). Immutable: a rewind stores a new one (nextRewind).
@@ -355,7 +365,7 @@ func (d *dispatcher) pushPart(topic string, partition int32, recs []*kgo.Record)
 		d.parts[key] = ps
 	}
 	moved, err := d.admitLocked(ps, recs)
-	ev := DeliveredEvent{Group: d.c.group, Topic: topic, Partition: partition, InFlight: ps.held}
+	ev := DeliveredEvent{Group: d.c.group, Topic: topic, Partition: partition, InFlight: ps.inFlight()}
 	d.flowLocked(ps)
 	d.flowAllLocked()
 	wake := min(d.readyLen()-ready, d.idle)
@@ -733,8 +743,12 @@ func (d *dispatcher) finishTake(items []*item, handled, next int) ([]*item, bool
 		end = start
 	}
 	var last *partState
+	counted := d.c.observed && d.c.bh == nil // handleTake counted its settled records (settling)
 	for _, it := range items[:handled] {
 		ps := it.ps // finishLocked may recycle it
+		if counted && it.act == actDone {
+			ps.settling.Add(-1)
+		}
 		d.releaseLocked(it)
 		d.finishLocked(it)
 		if ps != last && last != nil {

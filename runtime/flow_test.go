@@ -522,3 +522,50 @@ func TestMaxInFlightCountsParkedRetryCopies(t *testing.T) {
 	// x-tidemark-not-before is in whole ms: a copy may run up to 1 ms before failure + delay.
 	require.GreaterOrEqual(t, first.Sub(handled["a/1"]), delay-time.Millisecond, "a copy ran before it was due")
 }
+
+// InFlight events count the records a partition still holds, not those a lane has settled in a
+// take it has not finished (helper-134: a take is up to 64 records of one partition, and they
+// counted until it ended: 20 reported while offsets 0 to 9 were settled and committed).
+func TestInFlightEventsLeaveOutSettledRecordsOfARunningTake(t *testing.T) {
+	for _, mode := range []runtime.CommitMode{runtime.Tracked, runtime.Auto} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("in", 1))
+			vals := make([]string, 20)
+			for i := range vals {
+				vals[i] = fmt.Sprint(i)
+			}
+			c.ProduceValues(t, "in", 0, vals...)
+			release, entered := make(chan struct{}), make(chan struct{})
+			obs := &observer{}
+			app := runtime.New(appOpts(c, runtime.Observe(obs))...)
+			runtime.Handle(app, runtime.Topic("in").Group("g").Commit(mode),
+				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+					if d.Record().Offset == 10 {
+						close(entered)
+						return await(ctx, release)
+					}
+					return nil
+				}))
+			start(t, app)
+			select {
+			case <-entered:
+			case <-time.After(kfaketest.WaitTimeout):
+				t.Fatal("offset 10 never reached its handler")
+			}
+			obs.mu.Lock()
+			k := len(obs.inflight) // the events from here on were built after offset 9 settled, bar one under way
+			obs.mu.Unlock()
+			eventually(t, func() bool {
+				obs.mu.Lock()
+				defer obs.mu.Unlock()
+				return len(obs.inflight) > k+1
+			}, "no InFlight event after offset 10 began")
+			obs.mu.Lock()
+			got := obs.inflight[k+1]
+			obs.mu.Unlock()
+			require.Equal(t, 10, got.InFlight, "offsets 10 to 19 are held, 0 to 9 settled")
+			close(release)
+			c.WaitCommitted(t, "g", "in", map[int32]int64{0: 20})
+		})
+	}
+}

@@ -109,16 +109,17 @@ func (o Ordering) String() string {
 }
 
 // MaxInFlightPerPartition bounds the records one partition may hold in the runtime (queued,
-// running, waiting for a retry), overriding the default 1024; 1 to 1,048,576 (a *ConfigError at
-// Start otherwise). The bound also applies to the partition's tracker span, from the oldest record
-// in flight to the newest delivered, finished ones in between included: a partition whose oldest
-// record is stuck is paused once that span reaches n, while InFlightEvent.InFlight may read 1. A
-// partition at the bound is paused and resumed once it has drained to half (DESIGN §3.6). Under
-// Auto and Tracked, records polled beyond the bound wait in the partition's backlog (at most about
-// a bound plus one fetch) and the poll loop holds off while that backlog is a full bound; under
-// Transactional one poll can exceed the bound by at most MaxPollRecords. A pause becomes franz-go's
-// PauseFetchPartitions only once another partition waits for records and a lane is idle or 100 ms
-// have passed (docs/consumer-internals.md, back-pressure).
+// running, waiting for a retry, and, for a Handler, those settled in a lane's take of up to 64
+// records of one partition or key not yet ended), overriding the default 1024; 1 to 1,048,576 (a
+// *ConfigError at Start otherwise). The bound also applies to the partition's tracker span, from
+// the oldest record in flight to the newest delivered, finished ones in between included: a
+// partition whose oldest record is stuck is paused once that span reaches n, while
+// InFlightEvent.InFlight may read 1. A partition at the bound is paused and resumed once it has
+// drained to half (DESIGN §3.6). Under Auto and Tracked, records polled beyond the bound wait in
+// the partition's backlog (at most about a bound plus one fetch) and the poll loop holds off while
+// that backlog is a full bound; under Transactional one poll can exceed the bound by at most
+// MaxPollRecords. A pause becomes franz-go's PauseFetchPartitions only once another partition waits
+// for records and a lane is idle or 100 ms have passed (docs/consumer-internals.md, back-pressure).
 func MaxInFlightPerPartition(n int) HandleOption {
 	return handleOption(func(c *handleConfig) { c.maxInFlightPerPart = n })
 }

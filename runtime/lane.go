@@ -151,6 +151,9 @@ func (c *consumer) handleTake(items []*item, dl *Delivery, running *[]*item) int
 			return i + 1
 		}
 		c.markDone(it)
+		if c.observed { // held until finishTake: not in flight for the events (partState.inFlight)
+			it.ps.settling.Add(1)
+		}
 		n := i + 1
 		if n == len(items) { // the take ends here anyway: no clock to read (a take of one, Unordered's)
 			break

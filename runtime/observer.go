@@ -117,7 +117,7 @@ type InFlightEvent struct {
 	Group     string
 	Topic     string
 	Partition int32
-	InFlight  int // records held: queued, running, waiting for a retry
+	InFlight  int // records held: queued, running, waiting for a retry (settled ones are not)
 	// OldestAge is how long the committable position has stayed on the oldest in-flight record
 	// (Tracked; 0 under Auto or when nothing is in flight): a stalled-partition signal. It is
 	// measured at the one-second InFlight ticks, so it reads up to about 1 s short: add a second to
