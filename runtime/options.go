@@ -139,15 +139,17 @@ func MaxPollRecords(n int) Option {
 // with a *ConfigError naming ProducerOpts on kgo.DisableIdempotentWrite, kgo.TransactionalID (the
 // App's producer is not transactional), kgo.ManualFlushing (a Publish waits for its
 // acknowledgement: nothing would flush it) or kgo.DefaultProduceTopicAlways (records would leave
-// for another topic than the one named), here or in ClientOpts; on a consumer or group option
-// here; or on options franz-go rejects. A Publish before Start fails on them too. Under a linger,
-// a Publish whose ctx ends while its record waits in a batch behind another returns
-// ErrUnconfirmed, and the record goes out with the batch (App.Publish). A kgo.RecordPartitioner
-// here or in ClientOpts partitions everything Tidemark's clients produce, except retry copies
-// going back to their source partition. QueueTimeout counts records against
-// MaxBufferedRecords; with kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded
-// by its ctx (and Shutdown), not by QueueTimeout. A nil option fails Start with a *ConfigError
-// naming ProducerOpts and its position in this call, from 1.
+// for another topic than the one named), here or in ClientOpts; on a consumer or group option here;
+// or on options franz-go rejects. A Publish before Start fails on them too. Under a linger, a
+// Publish whose ctx ends while its record waits in a batch behind another returns ErrUnconfirmed,
+// and the record goes out with the batch (App.Publish); one whose ctx ends while its record leads
+// the batch has franz-go fail the whole batch, unsent, and the others (Publishes, retry copies,
+// dead letters) are produced again, so only its own record is not written. A kgo.RecordPartitioner
+// here or in ClientOpts partitions everything Tidemark's clients produce, except retry copies going
+// back to their source partition. QueueTimeout counts records against MaxBufferedRecords; with
+// kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded by its ctx (and Shutdown),
+// not by QueueTimeout. A nil option fails Start with a *ConfigError naming ProducerOpts and its
+// position in this call, from 1.
 func ProducerOpts(opts ...kgo.Opt) Option {
 	return appOption(func(c *appConfig) { c.producerOpts = c.appendOpts(c.producerOpts, "ProducerOpts", opts) })
 }

@@ -125,15 +125,32 @@ func (a *App) Unflushed() int64 { return a.prod.unflushed.Load() }
 func (a *App) Pending() int64 { return a.prod.pending.Load() }
 
 // publish produces r and waits for the answer (produce). A retry copy pinned to a partition the
-// producer did not know yet is produced again, once, as soon as it does (awaitPartition).
+// producer did not know yet is produced again, once, as soon as it does (awaitPartition). A record
+// failed for another record's ctx is produced again, as often as that happens before ctx ends
+// (cutByAnother).
 func (p *producer) publish(ctx context.Context, r *kgo.Record) error {
 	pn, topic, partition := pinOf(r), r.Topic, r.Partition // read before franz-go has r
 	cl, err := p.produce(ctx, r)
+	for cutByAnother(ctx, r, err) {
+		cl, err = p.produce(ctx, r)
+	}
 	if err != nil && pn != nil && !errors.Is(err, ErrUnconfirmed) && pn.beyond.Swap(false) &&
 		awaitPartition(ctx, cl, topic, partition) {
 		_, err = p.produce(ctx, r)
 	}
 	return err
+}
+
+// cutByAnother reports whether err, what franz-go answered for r, is the end of another record's
+// ctx: franz-go fails every record buffered for a partition, unsent, once the ctx of the first
+// record of its batch has ended (kgo.Client.Produce: "Only the first record's context in a batch
+// is considered"), so a Publish with a short ctx leading a lingering batch failed the Publishes,
+// retry copies and dead letters behind it with its error (helper-137: four records published with
+// context.Background failed with context deadline exceeded, none written). r was not sent: it can
+// be produced again. Neither ctx nor r.Context, the ctxs franz-go reads for r, has ended.
+func cutByAnother(ctx context.Context, r *kgo.Record, err error) bool {
+	return (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) &&
+		!errors.Is(err, ErrUnconfirmed) && ctx.Err() == nil && (r.Context == nil || r.Context.Err() == nil)
 }
 
 // produce hands r to the producer's client, which it returns, and waits for the brokers' answer

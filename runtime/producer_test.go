@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -107,11 +108,6 @@ func TestPublishFailsWithErrQueueFullPastQueueTimeout(t *testing.T) {
 // record stays franz-go's, counted by Pending, and may be written all the same, as both records
 // here are once the cluster answers.
 func TestAPublishReturnsWhenItsCtxEndsBeforeTheBrokersAnswer(t *testing.T) {
-	publish := func(app *runtime.App, ctx context.Context, r *kgo.Record) <-chan error {
-		res := make(chan error, 1)
-		go func() { res <- app.Publish(ctx, r) }()
-		return res
-	}
 	t.Run("the brokers hold it", func(t *testing.T) {
 		c := kfaketest.New(t, kfaketest.Topic("out", 1))
 		app := runtime.New(appOpts(c)...)
@@ -152,6 +148,52 @@ func TestAPublishReturnsWhenItsCtxEndsBeforeTheBrokersAnswer(t *testing.T) {
 		require.Eventually(t, func() bool { return app.Pending() == 0 }, kfaketest.WaitTimeout, time.Millisecond)
 		require.Equal(t, []string{"first", "second"}, readValues(t, c, "out"), "franz-go sent it with its batch")
 	})
+	// helper-137: franz-go fails every record buffered for the partition, unsent, for its batch's
+	// first record's ctx, and likewise those waiting with it for the producer's ID.
+	t.Run("it leads its batch", func(t *testing.T) { publishLeadingABatch(t, true) })
+	t.Run("it leads the producer's first request", func(t *testing.T) { publishLeadingABatch(t, false) })
+}
+
+// publish runs app.Publish(ctx, r) in a goroutine and brings its result.
+func publish(app *runtime.App, ctx context.Context, r *kgo.Record) <-chan error {
+	res := make(chan error, 1)
+	go func() { res <- app.Publish(ctx, r) }()
+	return res
+}
+
+// publishLeadingABatch publishes v0 with a ctx it cancels while v0 leads a lingering batch with
+// v1 to v4 (published with context.Background) behind it, after a first record when warm: v0's
+// Publish fails and v0 is not written; v1 to v4 are, each once (helper-137: they failed with v0's
+// ctx error).
+func publishLeadingABatch(t *testing.T, warm bool) {
+	c := kfaketest.New(t, kfaketest.Topic("out", 1))
+	app := runtime.New(appOpts(c, runtime.ProducerOpts(kgo.ProducerLinger(1500*time.Millisecond)))...)
+	t.Cleanup(func() { _ = app.Shutdown(context.Background()) })
+	want := []string{"v1", "v2", "v3", "v4"}
+	if warm { // the producer has its ID: the records wait in a lingering batch only
+		require.NoError(t, app.Publish(context.Background(), &kgo.Record{Topic: "out", Value: []byte("w")}))
+		want = append(want, "w")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	first := publish(app, ctx, &kgo.Record{Topic: "out", Value: []byte("v0")})
+	require.Eventually(t, func() bool { return app.Pending() == 1 }, kfaketest.WaitTimeout, time.Millisecond)
+	var rest []<-chan error
+	for i := 1; i <= 4; i++ {
+		rest = append(rest, publish(app, context.Background(), &kgo.Record{Topic: "out", Value: fmt.Appendf(nil, "v%d", i)}))
+		require.Eventually(t, func() bool { return app.Pending() == int64(i+1) }, kfaketest.WaitTimeout, time.Millisecond)
+	}
+	cancel() // franz-go fails the lingering batch, all five unsent, when the linger ends
+	err := awaitValue(t, first, "Publish did not return after its ctx ended")
+	require.ErrorIs(t, err, context.Canceled)
+	if warm { // failed when the linger ends, past the 100 ms Publish waits for an answer
+		require.ErrorIs(t, err, runtime.ErrUnconfirmed)
+	} // cold, franz-go fails it as its producer ID request ends: within those 100 ms or after
+	for i, ch := range rest {
+		require.NoError(t, awaitValue(t, ch, "a Publish behind it did not return"), "v%d", i+1)
+	}
+	require.Eventually(t, func() bool { return app.Pending() == 0 }, kfaketest.WaitTimeout, time.Millisecond)
+	// produced again after the batch was failed, each by its own Publish, in no set order
+	require.ElementsMatch(t, want, readValues(t, c, "out"), "each once; v0 not written")
 }
 
 // produceArrivals signals each Produce request that reaches c's kfake, before a HoldProduce made
