@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/probe"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // State is an App's lifecycle state, reported by App.State.
@@ -340,6 +341,13 @@ func (c *consumer) waitReady(ctx context.Context) error {
 	}
 }
 
+// missingTopic is a ConfigError's problem for a topic that does not exist: errors.Is finds
+// kerr.UnknownTopicOrPartition in it.
+type missingTopic string
+
+func (t missingTopic) Error() string { return fmt.Sprintf("topic %q does not exist", string(t)) }
+func (missingTopic) Unwrap() error   { return kerr.UnknownTopicOrPartition }
+
 // checkTopics fails Start when a subscribed, RetryTo, DeadLetter or Reply topic does not exist
 // (DESIGN §3.3), a Partitions subscription names a partition its topic does not have, or a Pattern
 // subscription would consume its own DeadLetter or Reply topic or a topic another subscription of
@@ -395,8 +403,11 @@ func (a *App) checkTopics(ctx context.Context) error {
 		return fmt.Errorf("tidemark: start: look up the topics the subscriptions use: %w", err)
 	}
 	for _, u := range uses {
-		if td, ok := details[u.topic]; !ok || td.Err != nil {
-			errs = append(errs, configErr(u.option, "topic %q does not exist", u.topic))
+		switch td, ok := details[u.topic]; {
+		case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+			errs = append(errs, &ConfigError{Option: u.option, Err: missingTopic(u.topic)})
+		case td.Err != nil: // an ACL that hides it, say: not told as missing
+			errs = append(errs, configErr(u.option, "topic %q: %w", u.topic, td.Err))
 		}
 	}
 	for _, c := range a.consumers {

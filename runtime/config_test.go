@@ -505,6 +505,10 @@ func TestStartChecksTopicsAndHandleAfterStartPanics(t *testing.T) {
 	err := app.Start(ctx)
 	require.ErrorContains(t, err, `tidemark: Topic("nope"): topic "nope" does not exist`)
 	require.ErrorContains(t, err, `tidemark: Topic("in"): Reply: topic "nope.done" does not exist`)
+	require.ErrorIs(t, err, kerr.UnknownTopicOrPartition) // helper-136: only errors.As found it
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, `Topic("nope")`, ce.Option)
 	require.PanicsWithValue(t, `tidemark: Handle(Topic("in")) after Start: register every handler before Start`,
 		func() { runtime.Handle(app, runtime.Topic("in"), ack) })
 	require.PanicsWithValue(t, `tidemark: HandleBatch(Topic("in")) after Start: register every handler before Start`,

@@ -28,10 +28,13 @@ func DeliveryFrom(ctx context.Context) (d *Delivery, ok bool) {
 
 // Record returns the Kafka record: topic, partition, offset, key, value, headers, leader epoch. It
 // is read-only: to publish it elsewhere, publish a copy (Publish sets a record's Topic, Partition
-// and Offset). The runtime keeps the topic, partition, offset and leader epoch it had when polled,
-// for its commits, attempts, events and the provenance of its dead letters and retry copies, so a
-// changed record cannot move them; its key, value and headers are read again after the handler
-// (for a retry copy, a dead letter, a reply's key).
+// and Offset), with retry.UserHeaders(r.Headers) rather than r.Headers when it may be a retry copy:
+// a group that reads a record with Tidemark's retry headers takes it for a retry copy, and skips
+// one another group made (OutcomeForeignCopy) or counts its attempts on from the copy's
+// (docs/retries-and-dead-letters.md, Forwarding a record). The runtime keeps the topic, partition,
+// offset and leader epoch it had when polled, for its commits, attempts, events and the provenance
+// of its dead letters and retry copies, so a changed record cannot move them; its key, value and
+// headers are read again after the handler (for a retry copy, a dead letter, a reply's key).
 func (d *Delivery) Record() *kgo.Record { return d.rec }
 
 // Attempt returns the delivery's number, starting at 1: the record's retry count header

@@ -70,7 +70,10 @@ var (
 // subscription for a registration's options, and by the subscription's group too when several
 // registrations share the subscription (`Topic("orders").Group("billing"): Workers`). A producer
 // option refused in ClientOpts is named ProducerOpts: the App's producer takes ClientOpts too, and
-// ProducerOpts is where producer options belong (docs/operations.md).
+// ProducerOpts is where producer options belong (docs/operations.md). Start's checks of the
+// cluster fail with one too, after its first request: a subscribed, RetryTo, DeadLetter or Reply
+// topic that does not exist (Err wraps kerr.UnknownTopicOrPartition) or that the cluster refuses to
+// describe (Err wraps its error).
 type ConfigError struct {
 	Option string // "Brokers", "MaxPollRecords", "Topic(\"payouts\").Group", "Topic(\"payouts\"): Workers", ...
 	Err    error

@@ -54,8 +54,8 @@ func must(err error) {
 	}
 }
 
-// fast is a short backoff, so the examples do not wait 100 ms per retry.
-var fast = fastBackoff
+// fast is a 10 ms backoff, so the examples do not wait 100 ms per retry.
+var fast = runtime.Backoff(func(int, error) time.Duration { return 10 * time.Millisecond })
 
 // headerLines prints r's headers in order, one per line, with unix-millisecond timestamps
 // replaced by <unix ms> (they change from run to run).

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tidemark-io/tidemark/retry"
 	"github.com/tidemark-io/tidemark/tracker"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -188,8 +189,10 @@ func (c *consumer) handle(it *item, d *Delivery) {
 	if it.control || it.foreign {
 		ev := c.event(it, 0)
 		ev.Outcome = OutcomeControl
-		if it.foreign {
+		if it.foreign { // helper-136: a record forwarded with its x-tidemark- headers is one too
 			ev.Outcome = OutcomeForeignCopy
+			c.log.Debug("tidemark: another group's retry copy settled without the handler",
+				c.recAttrs(it, 0, "copy_group", retry.GroupOf(it.rec))...)
 		}
 		c.settle(it, &ev)
 		return

@@ -138,3 +138,40 @@ func TestACopyCutByTheShutdownBoundLogsAtWarn(t *testing.T) {
 	committed := c.Committed(t, "g", "in")
 	require.Zero(t, committed[0], "the record is not committed past: %v", committed)
 }
+
+// A record dropped or undecodable under a DeadLetter logs one line, at Warn: where it went and why
+// (helper-136: "record dropped: it does not decode" came first, for a record that was not dropped).
+func TestADeadLetteredDropLogsOneLine(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1), kfaketest.Topic("in.dlq", 1))
+	c.ProduceValues(t, "in", 0, "not json", `{"n":1}`)
+	var out lockedBuffer
+	app := runtime.New(appOpts(c, runtime.Logger(slog.New(slog.NewJSONHandler(&out, nil))))...)
+	runtime.Handle(app, runtime.Topic("in").Group("g").Commit(runtime.Tracked),
+		runtime.JSON(func(context.Context, struct{ N int }) error { return runtime.Drop(errors.New("unwanted")) }),
+		runtime.DeadLetter("in.dlq"))
+	start(t, app)
+	c.WaitCommitted(t, "g", "in", map[int32]int64{0: 2})
+	stop(t, app)
+	var lines []map[string]any
+	for l := range strings.Lines(out.String()) {
+		var attrs map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &attrs))
+		delete(attrs, "time")
+		if attrs["topic"] == "in" {
+			lines = append(lines, attrs)
+		}
+	}
+	require.Len(t, lines, 2, out.String())
+	require.Equal(t, []map[string]any{{
+		"level": "WARN", "msg": "tidemark: record sent to the dead-letter topic",
+		"subscription": `Topic("in")`, "group": "g", "mode": "Tracked",
+		"topic": "in", "partition": 0.0, "offset": 0.0, "generation": 1.0, "attempt": 1.0,
+		"err": "tidemark: record could not be decoded: invalid character 'o' in literal null (expecting 'u')",
+		"to":  "in.dlq", "reason": "decode_failure",
+	}, {
+		"level": "WARN", "msg": "tidemark: record sent to the dead-letter topic",
+		"subscription": `Topic("in")`, "group": "g", "mode": "Tracked",
+		"topic": "in", "partition": 0.0, "offset": 1.0, "generation": 1.0, "attempt": 1.0,
+		"err": "unwanted", "to": "in.dlq", "reason": "drop",
+	}}, lines, out.String())
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -259,6 +260,60 @@ func TestAnotherGroupsCopyIsSettledUnhandled(t *testing.T) {
 	foreign := obs.outcomes(runtime.OutcomeForeignCopy)
 	require.Len(t, foreign, 1)
 	require.Equal(t, int64(1), foreign[0].Offset)
+}
+
+// A record forwarded with a retry copy's headers is a retry copy to the group that reads it: that
+// group skips it as another group's copy, with a Debug line naming the group that made it;
+// forwarded with retry.UserHeaders it is handled (helper-136: a service chained behind another
+// lost every record the first had retried, with no log line at all).
+func TestAForwardedCopyIsHandledOnlyWithoutItsRetryHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		headers func([]kgo.RecordHeader) []kgo.RecordHeader
+		handled []string
+	}{
+		{"its headers whole", func(hs []kgo.RecordHeader) []kgo.RecordHeader { return hs }, []string{"a", "c"}},
+		{"retry.UserHeaders", retry.UserHeaders, []string{"a", "b", "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kfaketest.New(t, kfaketest.Topic("raw", 1), kfaketest.Topic("fwd", 1))
+			c.ProduceValues(t, "raw", 0, "a", "b", "c")
+			var out lockedBuffer
+			obs := &observer{}
+			app := runtime.New(appOpts(c, runtime.Observe(obs),
+				runtime.Logger(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))))...)
+			runtime.Handle(app, runtime.Topic("raw").Group("enrich").Commit(runtime.Tracked),
+				runtime.HandlerFunc(func(ctx context.Context, d *runtime.Delivery) error {
+					r := d.Record()
+					if string(r.Value) == "b" && d.Attempt() == 1 {
+						return errors.New("retry b")
+					}
+					return app.Publish(ctx, &kgo.Record{Topic: "fwd", Value: r.Value, Headers: tc.headers(r.Headers)})
+				}), runtime.MaxAttempts(2), fastBackoff)
+			var got calls
+			runtime.Handle(app, runtime.Topic("fwd").Group("orders").Commit(runtime.Tracked),
+				runtime.HandlerFunc(func(_ context.Context, d *runtime.Delivery) error { got.add(d); return nil }))
+			start(t, app)
+			c.WaitCommitted(t, "enrich", "raw", map[int32]int64{0: 4}) // a, b, c and b's copy
+			c.WaitCommitted(t, "orders", "fwd", map[int32]int64{0: 3})
+			stop(t, app)
+			recs, _, _ := got.snapshot()
+			var vals []string
+			for _, r := range recs {
+				vals = append(vals, string(r.Value))
+			}
+			require.ElementsMatch(t, tc.handled, vals)
+			skipped := obs.outcomes(runtime.OutcomeForeignCopy)
+			require.Len(t, skipped, 3-len(tc.handled))
+			line := "another group's retry copy settled without the handler"
+			if len(skipped) == 0 {
+				require.NotContains(t, out.String(), line)
+				return
+			}
+			require.Equal(t, "orders", skipped[0].Group)
+			require.Contains(t, out.String(), fmt.Sprintf(`level=DEBUG msg="tidemark: %s" subscription="Topic(\"fwd\")" group=orders mode=Tracked topic=fwd partition=0 offset=%d generation=1 attempt=0 copy_group=enrich`+"\n", line, skipped[0].Offset))
+		})
+	}
 }
 
 // Another group's copy is settled in its place in the partition's order, not ahead of it: a

@@ -28,6 +28,12 @@ func (c *consumer) resolve(it *item, ev *SettledEvent, kind outcomeKind, cause e
 		ev.Outcome = OutcomeDrop
 		if errors.Is(cause, ErrDecode) {
 			ev.Outcome = OutcomeDecodeFailure
+		}
+		if c.cfg.deadLetter != "" { // its one line says where it went, and why (helper-136)
+			c.deadLetter(it, ev)
+			return
+		}
+		if ev.Outcome == OutcomeDecodeFailure {
 			c.log.Warn("tidemark: record dropped: it does not decode", c.recAttrs(it, ev.Attempt, "err", cause)...)
 		} else {
 			level := slog.LevelInfo
@@ -37,10 +43,6 @@ func (c *consumer) resolve(it *item, ev *SettledEvent, kind outcomeKind, cause e
 			if ctx := context.Background(); c.log.Enabled(ctx, level) { // no attributes built for nothing
 				c.log.Log(ctx, level, "tidemark: record dropped", c.recAttrs(it, ev.Attempt, "err", cause)...)
 			}
-		}
-		if c.cfg.deadLetter != "" {
-			c.deadLetter(it, ev)
-			return
 		}
 		c.settle(it, ev)
 		return
@@ -113,7 +115,8 @@ func (c *consumer) deadLetter(it *item, ev *SettledEvent) {
 		return
 	}
 	ev.Reason, ev.Outcome = ev.Outcome, OutcomeDeadLetter
-	c.log.Warn("tidemark: record sent to the dead-letter topic", c.recAttrs(it, ev.Attempt, "err", ev.Err, "to", rec.Topic)...)
+	c.log.Warn("tidemark: record sent to the dead-letter topic",
+		c.recAttrs(it, ev.Attempt, "err", ev.Err, "to", rec.Topic, "reason", ev.Reason.String())...)
 	c.settle(it, ev)
 }
 
