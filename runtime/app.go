@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -349,11 +350,12 @@ func (t missingTopic) Error() string { return fmt.Sprintf("topic %q does not exi
 func (missingTopic) Unwrap() error   { return kerr.UnknownTopicOrPartition }
 
 // checkTopics fails Start when a subscribed, RetryTo, DeadLetter or Reply topic does not exist
-// (DESIGN §3.3), a Partitions subscription names a partition its topic does not have, or a Pattern
-// subscription would consume its own DeadLetter or Reply topic or a topic another subscription of
-// its group reads (patternOverlaps), naming the option and the topic, instead of waiting for an
-// assignment or records that never come, retrying a produce forever, dead-lettering its dead
-// letters (replying to its replies) forever, or splitting a topic between two handlers.
+// (DESIGN §3.3) or the cluster refuses to describe it, a Partitions subscription names a partition
+// its topic does not have, or a Pattern subscription would consume its own DeadLetter or Reply
+// topic or a topic another subscription of its group reads (patternOverlaps), naming the option and
+// the topic, instead of waiting for an assignment or records that never come, retrying a produce
+// forever, dead-lettering its dead letters (replying to its replies) forever, or splitting a topic
+// between two handlers.
 func (a *App) checkTopics(ctx context.Context) error {
 	type use struct{ option, topic string }
 	var (
@@ -399,6 +401,9 @@ func (a *App) checkTopics(ctx context.Context) error {
 		names[i] = u.topic
 	}
 	details, err := a.listTopics(ctx, names)
+	if _, ok := errors.AsType[*kadm.AuthError](err); ok && errors.Is(err, kerr.TopicAuthorizationFailed) {
+		details, err = a.listEachTopic(ctx, names) // kadm says only that some topic is refused
+	}
 	if err != nil {
 		return fmt.Errorf("tidemark: start: look up the topics the subscriptions use: %w", err)
 	}
@@ -406,7 +411,7 @@ func (a *App) checkTopics(ctx context.Context) error {
 		switch td, ok := details[u.topic]; {
 		case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
 			errs = append(errs, &ConfigError{Option: u.option, Err: missingTopic(u.topic)})
-		case td.Err != nil: // an ACL that hides it, say: not told as missing
+		case td.Err != nil: // an ACL that hides it (listEachTopic), say: not told as missing
 			errs = append(errs, configErr(u.option, "topic %q: %w", u.topic, td.Err))
 		}
 	}
@@ -455,6 +460,28 @@ func (a *App) listTopics(ctx context.Context, names []string) (kadm.TopicDetails
 			return nil, errors.Join(context.Cause(ctx), last)
 		}
 	}
+}
+
+// listEachTopic lists names one topic at a time, after the cluster refused to describe one of
+// them (kadm.ListTopics then fails whole, with a *kadm.AuthError naming no topic): a refused
+// topic's TopicDetail carries kerr.TopicAuthorizationFailed.
+func (a *App) listEachTopic(ctx context.Context, names []string) (kadm.TopicDetails, error) {
+	all := make(kadm.TopicDetails, len(names))
+	for _, name := range names {
+		if _, ok := all[name]; ok {
+			continue
+		}
+		details, err := a.listTopics(ctx, []string{name})
+		switch _, auth := errors.AsType[*kadm.AuthError](err); {
+		case auth && errors.Is(err, kerr.TopicAuthorizationFailed):
+			all[name] = kadm.TopicDetail{Topic: name, Err: kerr.TopicAuthorizationFailed}
+		case err != nil:
+			return nil, err
+		default:
+			maps.Copy(all, details)
+		}
+	}
+	return all, nil
 }
 
 // register records a Handle or HandleBatch call. Registering after Start is a programming error: it

@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
 var ack = runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return nil })
@@ -490,6 +491,34 @@ func TestOutcomesWrapTheirCause(t *testing.T) {
 		got = append(got, fmt.Sprintf("%d %v %v", e.Offset, e.Outcome, e.Err))
 	}
 	require.Equal(t, []string{"0 drop tidemark: dropped", "1 retry tidemark: retry requested", "1 ack <nil>"}, got)
+}
+
+// A topic the cluster refuses to describe (no Describe ACL) fails Start with a ConfigError naming
+// the option and the topic, with the cluster's error, not called missing: kadm fails the whole
+// listing with it, naming no topic (helper-138).
+func TestStartNamesATopicTheClusterRefusesToDescribe(t *testing.T) {
+	describe := func(topic string) kfake.ACL {
+		return kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral,
+			Operation: kmsg.ACLOperationDescribe, Allow: true}
+	}
+	k, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "secret"), kfake.EnableACLs(), kfake.EnableSASL(),
+		kfake.User("PLAIN", "svc", "pw", describe("in"))) // nothing on "secret"
+	require.NoError(t, err)
+	t.Cleanup(k.Close)
+	app := runtime.New(runtime.Brokers(k.ListenAddrs()...), runtime.DefaultGroup("g"),
+		runtime.ClientOpts(kgo.SASL(plain.Auth{User: "svc", Pass: "pw"}.AsMechanism())),
+		runtime.Logger(slog.New(slog.DiscardHandler)))
+	runtime.Handle(app, runtime.Topic("in"), ack, runtime.DeadLetter("secret"))
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	err = app.Start(ctx)
+	require.EqualError(t, err, `tidemark: Topic("in"): DeadLetter: topic "secret": `+kerr.TopicAuthorizationFailed.Error())
+	require.ErrorIs(t, err, kerr.TopicAuthorizationFailed)
+	require.NotErrorIs(t, err, kerr.UnknownTopicOrPartition)
+	var ce *runtime.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, `Topic("in"): DeadLetter`, ce.Option)
+	require.NoError(t, app.Shutdown(ctx))
 }
 
 // A subscribed or Reply topic that does not exist fails Start at once, naming it, and Handle after

@@ -134,7 +134,7 @@ func TestACopyCutByTheShutdownBoundLogsAtWarn(t *testing.T) {
 		}
 	}
 	require.Contains(t, line, `"level":"WARN","msg":"tidemark: dead-letter record not produced before the record's ctx ended; the record stays uncommitted for whoever reads it next"`)
-	require.Contains(t, line, `"cause":"tidemark: shutdown bound passed"`)
+	require.Contains(t, line, `"handler_err":"unwanted","reason":"drop","cause":"tidemark: shutdown bound passed"`)
 	committed := c.Committed(t, "g", "in")
 	require.Zero(t, committed[0], "the record is not committed past: %v", committed)
 }

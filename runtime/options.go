@@ -144,9 +144,10 @@ func MaxPollRecords(n int) Option {
 // Publish whose ctx ends while its record waits in a batch behind another returns ErrUnconfirmed,
 // and the record goes out with the batch (App.Publish); one whose ctx ends while its record leads
 // the batch has franz-go fail the whole batch, unsent, and the others (Publishes, retry copies,
-// dead letters) are produced again, so only its own record is not written. A kgo.RecordPartitioner
-// here or in ClientOpts partitions everything Tidemark's clients produce, except retry copies going
-// back to their source partition. QueueTimeout counts records against MaxBufferedRecords; with
+// dead letters) are produced again, so only its own record is not written (while short ctxs keep
+// leading batches, a Publish may wait out several lingers). A kgo.RecordPartitioner here or in
+// ClientOpts partitions everything Tidemark's clients produce, except retry copies going back to
+// their source partition. QueueTimeout counts records against MaxBufferedRecords; with
 // kgo.MaxBufferedBytes too, a Publish waiting for byte space is bounded by its ctx (and Shutdown),
 // not by QueueTimeout. A nil option fails Start with a *ConfigError naming ProducerOpts and its
 // position in this call, from 1.

@@ -111,7 +111,7 @@ func (c *consumer) deadLetter(it *item, ev *SettledEvent) {
 	rec := dlq.Record(c.original(it), c.cfg.deadLetter, c.group, ev.Attempt, ev.Err)
 	rec.Context = c.ctxOf(it)
 	if err := c.app.Publish(rec.Context, rec); err != nil {
-		c.produceFailed(it, ev, "dead-letter record", err)
+		c.produceFailed(it, ev, "dead-letter record", err, "reason", ev.Outcome.String())
 		return
 	}
 	ev.Reason, ev.Outcome = ev.Outcome, OutcomeDeadLetter
@@ -139,13 +139,16 @@ func (c *consumer) original(it *item) *kgo.Record {
 // lost, its window aborted): what that stopped is reported already, and the record stays
 // uncommitted for whoever reads it next (helper-126: routine stops past a tiny ShutdownTimeout
 // logged Errors).
-func (c *consumer) produceFailed(it *item, ev *SettledEvent, what string, err error) {
+func (c *consumer) produceFailed(it *item, ev *SettledEvent, what string, err error, kv ...any) {
+	// What the handler returned rides along: no other line above Debug says it until the produce
+	// succeeds (helper-138: a dead letter's reason, logged only once it is sent).
+	kv = append([]any{"err", err, "handler_err", ev.Err}, kv...)
 	if ctx := c.ctxOf(it); ctx.Err() != nil {
 		c.log.Warn("tidemark: "+what+" not produced before the record's ctx ended; the record stays uncommitted for whoever reads it next",
-			c.recAttrs(it, ev.Attempt, "err", err, "cause", context.Cause(ctx))...)
+			c.recAttrs(it, ev.Attempt, append(kv, "cause", context.Cause(ctx))...)...)
 	} else {
 		c.log.Error("tidemark: "+what+" not produced; the record stays in flight and is handled again",
-			c.recAttrs(it, ev.Attempt, "err", err)...)
+			c.recAttrs(it, ev.Attempt, kv...)...)
 	}
 	ev.Err = fmt.Errorf("tidemark: %s: %w", what, err)
 	if c.txnMode {
