@@ -117,16 +117,20 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // group and received its first assignment (possibly empty), manual subscriptions have read their
 // committed offsets, and pattern subscriptions have loaded metadata. ctx bounds start-up only (60s
 // when it has no deadline): a cluster that cannot be dialed yet is tried again until then (each
-// failure logged at Warn), and on failure everything started is stopped. Start returns ErrStarted
+// failure logged at Warn), and on failure everything started is stopped. A topic the cluster does
+// not describe to the App's credentials fails Start with a *ConfigError, and a group that refuses
+// its member (no Read ACL on the group) fails it at once, wrapping kerr.GroupAuthorizationFailed;
+// without Read on a topic Start succeeds, and each of its partitions logs its fetch error
+// (TOPIC_AUTHORIZATION_FAILED) at Warn every 10 s while nothing is read. Start returns ErrStarted
 // when called twice (wrapped in an error that says so once the App has stopped), and ErrClosed on
 // an App that Shutdown stopped before it started (DESIGN §3.10). A producer opened by a Publish
 // before a Start that fails validation is closed (bounded by FlushTimeout); what it did not flush
 // joins the configuration errors (ErrUnflushed). A Shutdown called while Start runs ends it: Start
 // returns ErrClosed (or the fatal error that ended it) and that Shutdown stops what Start began.
-// Stopping a client whose join the group's coordinator still holds (while another member is slow
-// to join the rebalance) waits for that join's answer, so a Start that fails then can return up
-// to the group's rebalance timeout (kgo.RebalanceTimeout, 60 s by default) after ctx ends. A nil
-// ctx panics, as context.WithCancel(nil) does, before the App changes state.
+// Stopping a client whose join the group's coordinator still holds (while another member is slow to
+// join the rebalance) waits for that join's answer, so a Start that fails then can return up to the
+// group's rebalance timeout (kgo.RebalanceTimeout, 60 s by default) after ctx ends. A nil ctx
+// panics, as context.WithCancel(nil) does, before the App changes state.
 func (a *App) Start(ctx context.Context) error {
 	mustCtx(ctx, "Start")
 	a.mu.Lock()
@@ -330,6 +334,8 @@ func (a *App) groupOf(s Subscription) string {
 	return a.cfg.defaultGroup
 }
 
+// waitReady waits for c's first assignment, which Start returns at: it fails when ctx ends, and at
+// once when the cluster refuses c's group member an authorization (deniedErr).
 func (c *consumer) waitReady(ctx context.Context) error {
 	if c.sub.kind == subPattern {
 		return c.waitPatternReady(ctx)
@@ -337,9 +343,17 @@ func (c *consumer) waitReady(ctx context.Context) error {
 	select {
 	case <-c.ready:
 		return nil
+	case err := <-c.denied:
+		return deniedErr(c.group, err)
 	case <-ctx.Done():
 		return fmt.Errorf("no assignment from group %q: %w", c.group, context.Cause(ctx))
 	}
+}
+
+// deniedErr is Start's error when the cluster refused the group's member an authorization (no Read
+// ACL on the group, say): franz-go would go on trying until Start's ctx ended (helper-141).
+func deniedErr(group string, err error) error {
+	return fmt.Errorf("group %q: the cluster refused this member: %w", group, err)
 }
 
 // missingTopic is a ConfigError's problem for a topic that does not exist: errors.Is finds
@@ -359,16 +373,20 @@ func (missingTopic) Unwrap() error   { return kerr.UnknownTopicOrPartition }
 func (a *App) checkTopics(ctx context.Context) error {
 	type use struct{ option, topic string }
 	var (
-		uses []use
-		errs []error
+		uses   []use
+		errs   []error
+		shared = map[string]int{} // as Start's validation names them (subName)
 	)
 	for _, c := range a.consumers {
+		shared[c.sub.String()]++
+	}
+	for _, c := range a.consumers {
 		if dl := c.cfg.deadLetter; dl != "" && c.sub.kind == subPattern && c.consumesByPattern(dl) {
-			errs = append(errs, configErr(c.sub.String()+": DeadLetter", "the pattern matches the dead-letter topic %q: "+
+			errs = append(errs, configErr(subName(c.sub, shared)+": DeadLetter", "the pattern matches the dead-letter topic %q: "+
 				"every dead letter would be read again (exclude it with the pattern or kgo.ConsumeExcludeTopics)", dl))
 		}
 		if rt := c.cfg.replyTopic; rt != "" && c.sub.kind == subPattern && c.consumesByPattern(rt) {
-			errs = append(errs, configErr(c.sub.String()+": Reply", "the pattern matches the reply topic %q: "+
+			errs = append(errs, configErr(subName(c.sub, shared)+": Reply", "the pattern matches the reply topic %q: "+
 				"every reply would be handled and replied to again (exclude it with the pattern or kgo.ConsumeExcludeTopics)", rt))
 		}
 	}
@@ -380,17 +398,17 @@ func (a *App) checkTopics(ctx context.Context) error {
 	for _, c := range a.consumers {
 		if c.sub.kind != subPattern {
 			for _, t := range c.sub.topics {
-				uses = append(uses, use{c.sub.String(), t})
+				uses = append(uses, use{subName(c.sub, shared), t})
 			}
 		}
 		if t := c.cfg.replyTopic; t != "" {
-			uses = append(uses, use{c.sub.String() + ": Reply", t})
+			uses = append(uses, use{subName(c.sub, shared) + ": Reply", t})
 		}
 		if t := c.cfg.retryTo; t != "" {
-			uses = append(uses, use{c.sub.String() + ": RetryTo", t})
+			uses = append(uses, use{subName(c.sub, shared) + ": RetryTo", t})
 		}
 		if t := c.cfg.deadLetter; t != "" {
-			uses = append(uses, use{c.sub.String() + ": DeadLetter", t})
+			uses = append(uses, use{subName(c.sub, shared) + ": DeadLetter", t})
 		}
 	}
 	if len(uses) == 0 {
@@ -425,7 +443,7 @@ func (a *App) checkTopics(ctx context.Context) error {
 		}
 		for _, p := range c.sub.partitions {
 			if _, ok := td.Partitions[p]; !ok {
-				errs = append(errs, configErr(c.sub.String(), "topic %q has no partition %d (it has %d)", td.Topic, p, len(td.Partitions)))
+				errs = append(errs, configErr(subName(c.sub, shared), "topic %q has no partition %d (it has %d)", td.Topic, p, len(td.Partitions)))
 			}
 		}
 	}

@@ -521,6 +521,48 @@ func TestStartNamesATopicTheClusterRefusesToDescribe(t *testing.T) {
 	require.NoError(t, app.Shutdown(ctx))
 }
 
+// A member the cluster refuses to let into its group (no Read ACL on the group) fails Start at once
+// with the refusal: before, Start waited out its ctx and said only "no assignment" (helper-141).
+func TestStartFailsWhenTheGroupRefusesTheMember(t *testing.T) {
+	allow := func(res kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Resource: res, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	}
+	k, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"), kfake.EnableACLs(), kfake.EnableSASL(),
+		kfake.User("PLAIN", "svc", "pw", // the topic's Describe and Read, nothing on the group
+			allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationDescribe),
+			allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationRead)))
+	require.NoError(t, err)
+	t.Cleanup(k.Close)
+	app := runtime.New(runtime.Brokers(k.ListenAddrs()...), runtime.DefaultGroup("g"),
+		runtime.ClientOpts(kgo.SASL(plain.Auth{User: "svc", Pass: "pw"}.AsMechanism())),
+		runtime.Logger(slog.New(slog.DiscardHandler)))
+	runtime.Handle(app, runtime.Topic("in"), ack)
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	err = app.Start(ctx)
+	require.ErrorIs(t, err, kerr.GroupAuthorizationFailed)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "not the ctx's end")
+	require.ErrorContains(t, err, `tidemark: start: Topic("in"): group "g": the cluster refused this member: GROUP_AUTHORIZATION_FAILED`)
+	state, serr := app.State()
+	require.Equal(t, runtime.StateFailed, state)
+	require.Equal(t, err, serr)
+	require.NoError(t, app.Shutdown(ctx))
+}
+
+// Start's checks of the cluster name a subscription registered twice with its group, as its
+// validation does (helper-141: two identical lines for two groups' missing dead-letter topic).
+func TestStartNamesTheGroupOfASharedSubscriptionsMissingTopic(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("in", 1))
+	app := runtime.New(appOpts(c, runtime.DefaultGroup("g"))...)
+	runtime.Handle(app, runtime.Topic("in"), ack, runtime.DeadLetter("nosuch"))
+	runtime.Handle(app, runtime.Topic("in").Group("g2"), ack, runtime.DeadLetter("nosuch"))
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	err := app.Start(ctx)
+	require.EqualError(t, err, `tidemark: Topic("in"): DeadLetter: topic "nosuch" does not exist`+"\n"+
+		`tidemark: Topic("in").Group("g2"): DeadLetter: topic "nosuch" does not exist`)
+}
+
 // A subscribed or Reply topic that does not exist fails Start at once, naming it, and Handle after
 // Start panics instead of being ignored.
 func TestStartChecksTopicsAndHandleAfterStartPanics(t *testing.T) {

@@ -30,20 +30,21 @@ type registration struct {
 
 // consumer runs one subscription: one franz-go client, its poll loop, its lanes and its committer.
 type consumer struct {
-	app      *App
-	idx      int
-	sub      Subscription
-	cfg      handleConfig
-	h        Handler
-	bh       BatchHandler
-	batchN   int
-	group    string
-	tracked  bool
-	txnMode  bool
-	manual   bool
-	log      *slog.Logger
-	obs      Observer
-	observed bool // an Observer other than the no-op one is set: it gets handler durations and SettledEvents
+	app       *App
+	idx       int
+	sub       Subscription
+	cfg       handleConfig
+	h         Handler
+	bh        BatchHandler
+	batchN    int
+	group     string
+	tracked   bool
+	txnMode   bool
+	manual    bool
+	log       *slog.Logger
+	fetchErrs fetchErrLog // fetch error lines, one per partition every fetchErrEvery
+	obs       Observer
+	observed  bool // an Observer other than the no-op one is set: it gets handler durations and SettledEvents
 
 	cl   *kgo.Client               // guarded by d.mu in the Transactional mode, where it is rebuilt
 	sess *kgo.GroupTransactSession // Transactional mode only; owned by the poll loop
@@ -54,6 +55,7 @@ type consumer struct {
 	gen    atomic.Uint64
 
 	ready      chan struct{} // closed on the first assignment (group) or at start (manual)
+	denied     chan error    // the group loop's first authorization error (fenceWatch): Start fails with it
 	readyOnce  sync.Once
 	workCtx    context.Context // parent of every partition's handler ctx
 	cutWork    context.CancelCauseFunc
@@ -110,6 +112,7 @@ func newConsumer(a *App, idx int, r registration, base context.Context) (*consum
 		manual:    r.sub.kind == subPartitions,
 		obs:       a.cfg.observer,
 		ready:     make(chan struct{}),
+		denied:    make(chan error, 1),
 		pollDone:  make(chan struct{}),
 		stopComm:  make(chan struct{}),
 		finalDone: make(chan struct{}),
@@ -368,23 +371,6 @@ func (c *consumer) failTrackerFull(err error) {
 	c.app.fail(fmt.Errorf("%w: %s: %w", ErrTrackerFull, c.sub, err))
 }
 
-// fetchErrors logs a poll's fetch errors, except its own cancellation. A static member fenced
-// by another member with its instance id (franz-go reports the group session's FENCED_INSTANCE_ID
-// as a fetch error) fails the App with ErrInstanceFenced, and the client leaves the group at once,
-// so that franz-go's group loop does not join again and fence that member in turn.
-func (c *consumer) fetchErrors(fs kgo.Fetches) {
-	fs.EachError(func(topic string, partition int32, err error) {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return
-		}
-		if errors.Is(err, kerr.FencedInstanceID) {
-			c.instanceFenced(c.cl, err)
-			return
-		}
-		c.log.Warn("tidemark: fetch error", "topic", topic, "partition", partition, "err", err)
-	})
-}
-
 // instanceFenced fails the App with ErrInstanceFenced for err, a FENCED_INSTANCE_ID that cl's
 // group member got (a fetch's, an OffsetCommit's, a TxnOffsetCommit's), and stops cl's group loop
 // at once, so that franz-go does not join again and fence the newer member in turn. A static member
@@ -414,6 +400,13 @@ func (w *fenceWatch) OnNewClient(cl *kgo.Client) { w.cl.Store(cl) }
 func (w *fenceWatch) OnGroupManageError(err error) {
 	if cl := w.cl.Load(); cl != nil && errors.Is(err, kerr.FencedInstanceID) {
 		w.c.instanceFenced(cl, err)
+	}
+	if errors.Is(err, kerr.GroupAuthorizationFailed) || errors.Is(err, kerr.TopicAuthorizationFailed) ||
+		errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		select { // for Start, which waits for the first assignment (waitReady); franz-go goes on trying
+		case w.c.denied <- err:
+		default:
+		}
 	}
 }
 

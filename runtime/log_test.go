@@ -14,6 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
 // lockedBuffer is a bytes.Buffer a logger writes to from many goroutines.
@@ -174,4 +179,53 @@ func TestADeadLetteredDropLogsOneLine(t *testing.T) {
 		"topic": "in", "partition": 0.0, "offset": 1.0, "generation": 1.0, "attempt": 1.0,
 		"err": "unwanted", "to": "in.dlq", "reason": "drop",
 	}}, lines, out.String())
+}
+
+// A fetch error that franz-go meets on every fetch (no Read ACL on the topic: it fetches again at
+// once) is logged once per partition every 10 s, with how many it did not log, not once per fetch
+// (helper-141: 49,168 Warn lines in about 4 s on kfake). The test waits for the second line.
+func TestARepeatedFetchErrorIsLoggedOnce(t *testing.T) {
+	allow := func(res kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Resource: res, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	}
+	k, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"), kfake.EnableACLs(), kfake.EnableSASL(),
+		kfake.Superuser("PLAIN", "admin", "admin"), // produces the record
+		kfake.User("PLAIN", "svc", "pw", // Describe on the topic and Read on the group, no Read on the topic
+			allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationDescribe),
+			allow(kmsg.ACLResourceTypeGroup, "g", kmsg.ACLOperationRead)))
+	require.NoError(t, err)
+	t.Cleanup(k.Close)
+	admin, err := kgo.NewClient(kgo.SeedBrokers(k.ListenAddrs()...), kgo.SASL(plain.Auth{User: "admin", Pass: "admin"}.AsMechanism()))
+	require.NoError(t, err)
+	defer admin.Close()
+	// With a record to read, each fetch is answered at once (an empty partition's waits its
+	// MaxWait): the errors come at the round trip's pace.
+	require.NoError(t, admin.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Value: []byte("a")}).FirstErr())
+	var out lockedBuffer
+	app := runtime.New(runtime.Brokers(k.ListenAddrs()...), runtime.DefaultGroup("g"),
+		runtime.ClientOpts(kgo.SASL(plain.Auth{User: "svc", Pass: "pw"}.AsMechanism())),
+		runtime.Logger(slog.New(slog.NewJSONHandler(&out, nil))))
+	runtime.Handle(app, runtime.Topic("in"), runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return nil }))
+	start(t, app)
+	lines := func() (ls []map[string]any) {
+		for l := range strings.Lines(out.String()) {
+			var attrs map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &attrs))
+			if attrs["msg"] == "tidemark: fetch error" {
+				ls = append(ls, attrs)
+			}
+		}
+		return ls
+	}
+	require.Eventually(t, func() bool { return len(lines()) >= 2 }, 40*time.Second, 10*time.Millisecond, "no second line:\n%s", &out)
+	stop(t, app)
+	ls := lines()
+	require.Len(t, ls, 2, "one line every 10 s")
+	for _, l := range ls {
+		require.Equal(t, "in", l["topic"])
+		require.Equal(t, 0.0, l["partition"])
+		require.Equal(t, kerr.TopicAuthorizationFailed.Error(), l["err"])
+	}
+	require.NotContains(t, ls[0], "repeated")
+	require.Greater(t, ls[1]["repeated"], 100.0, "the errors between the two lines")
 }

@@ -242,6 +242,8 @@ func (c *consumer) waitPatternReady(ctx context.Context) error {
 		select {
 		case <-c.ready:
 			return nil
+		case err := <-c.denied:
+			return deniedErr(c.group, err)
 		case <-ctx.Done():
 			return fmt.Errorf("no assignment from group %q: %w", c.group, context.Cause(ctx))
 		case <-time.After(50 * time.Millisecond):

@@ -73,10 +73,7 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	}
 	for i, r := range regs {
 		s := r.sub
-		name := s.String()
-		if shared[name] > 1 && s.group != "" {
-			name += fmt.Sprintf(".Group(%q)", s.group)
-		}
+		name := subName(s, shared)
 		group := s.group
 		if s.kind != subPartitions && group == "" && !s.emptyGroup {
 			group = cfg.defaultGroup
@@ -360,4 +357,14 @@ func isNil(h any) bool {
 	}
 	v := reflect.ValueOf(h)
 	return v.Kind() == reflect.Func && v.IsNil()
+}
+
+// subName names s in a ConfigError: its String, and its group too when shared (registrations per
+// subscription name) counts more than one registration of that name.
+func subName(s Subscription, shared map[string]int) string {
+	name := s.String()
+	if shared[name] > 1 && s.group != "" {
+		name += fmt.Sprintf(".Group(%q)", s.group)
+	}
+	return name
 }

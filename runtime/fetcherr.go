@@ -1,0 +1,70 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// fetchErrors logs a poll's fetch errors, except its own cancellation, a partition's at most once
+// every fetchErrEvery (fetchErrLog), with how many it did not log since. A static member fenced by
+// another member with its instance id (franz-go reports the group session's FENCED_INSTANCE_ID as a
+// fetch error) fails the App with ErrInstanceFenced, and the client leaves the group at once, so
+// that franz-go's group loop does not join again and fence that member in turn.
+func (c *consumer) fetchErrors(fs kgo.Fetches) {
+	fs.EachError(func(topic string, partition int32, err error) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
+		}
+		if errors.Is(err, kerr.FencedInstanceID) {
+			c.instanceFenced(c.cl, err)
+			return
+		}
+		if repeated, ok := c.fetchErrs.due(tp{topic, partition}, time.Now()); ok {
+			kv := []any{"topic", topic, "partition", partition, "err", err}
+			if repeated > 0 {
+				kv = append(kv, "repeated", repeated)
+			}
+			c.log.Warn("tidemark: fetch error", kv...)
+		}
+	})
+}
+
+// fetchErrEvery is how often a partition's fetch errors are logged while they go on: franz-go
+// fetches again at once after some (TOPIC_AUTHORIZATION_FAILED: helper-141 counted 12,000 lines a
+// second on kfake, one per fetch).
+const fetchErrEvery = 10 * time.Second
+
+// fetchErrLog keeps a subscription's fetch error lines to one per partition (and one for the
+// errors of no partition) every fetchErrEvery; the zero value is ready.
+type fetchErrLog struct {
+	mu   sync.Mutex
+	last map[tp]fetchErrSeen
+}
+
+type fetchErrSeen struct {
+	at    time.Time // when its last line was logged
+	muted int       // errors since, not logged
+}
+
+// due reports whether a line for an error of k at now is due, and how many of k's errors went
+// unlogged since the last line.
+func (l *fetchErrLog) due(k tp, now time.Time) (repeated int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = make(map[tp]fetchErrSeen)
+	}
+	seen, known := l.last[k]
+	if known && now.Sub(seen.at) < fetchErrEvery {
+		seen.muted++
+		l.last[k] = seen
+		return 0, false
+	}
+	l.last[k] = fetchErrSeen{at: now}
+	return seen.muted, true
+}

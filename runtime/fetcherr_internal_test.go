@@ -1,0 +1,32 @@
+package runtime
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A partition's fetch errors are logged at most once every fetchErrEvery, each line with how many
+// were not logged since the last; each partition has its own clock.
+func TestFetchErrorLinesAreSpacedPerPartition(t *testing.T) {
+	var l fetchErrLog
+	t0 := time.Unix(1_700_000_000, 0)
+	p0, p1 := tp{"in", 0}, tp{"in", 1}
+	type line struct {
+		repeated int
+		ok       bool
+	}
+	at := func(k tp, d time.Duration) line {
+		n, ok := l.due(k, t0.Add(d))
+		return line{n, ok}
+	}
+	require.Equal(t, line{0, true}, at(p0, 0))
+	require.Equal(t, line{0, false}, at(p0, time.Second))
+	require.Equal(t, line{0, true}, at(p1, time.Second), "another partition's first")
+	require.Equal(t, line{0, false}, at(p0, fetchErrEvery-time.Nanosecond))
+	require.Equal(t, line{2, true}, at(p0, fetchErrEvery))
+	require.Equal(t, line{0, false}, at(p0, fetchErrEvery+time.Second))
+	require.Equal(t, line{1, true}, at(p0, 3*fetchErrEvery), "one unlogged since the last line")
+	require.Equal(t, line{0, true}, at(p0, 5*fetchErrEvery))
+}
