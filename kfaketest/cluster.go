@@ -373,8 +373,10 @@ func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) {
 // CreateTopicContext is CreateTopic for programs. On kfake the topic is created directly in the
 // cluster (no request, so faults and controls do not see it); on a connected cluster with a
 // CreateTopics request (the brokers' default replication factor), and it returns once every
-// partition has a leader, and Close deletes it. The name is used as given (Name adds the
-// prefix). It returns kerr.TopicAlreadyExists if the topic exists, or ctx's error.
+// partition has a leader, and Close deletes it. The name is used as given (Name adds the prefix).
+// It returns kerr.TopicAlreadyExists if the topic exists, or ctx's error. A topic deleted (with
+// kadm, say) and created again under its name takes the produce helpers' records: their client
+// forgets the old topic's ID.
 func (c *Cluster) CreateTopicContext(ctx context.Context, name string, partitions int32) error {
 	ctx, stop, err := c.bind(ctx)
 	if err != nil {
@@ -384,7 +386,12 @@ func (c *Cluster) CreateTopicContext(ctx context.Context, name string, partition
 	return c.createTopic(ctx, name, partitions)
 }
 
-func (c *Cluster) createTopic(ctx context.Context, name string, partitions int32) error {
+func (c *Cluster) createTopic(ctx context.Context, name string, partitions int32) (err error) {
+	defer func() {
+		if err == nil && c.cl != nil { // a topic deleted and created again: the helpers' client knew its old ID
+			c.cl.PurgeTopicsFromProducing(name)
+		}
+	}()
 	if partitions < 1 {
 		return fmt.Errorf("create topic %q: need at least 1 partition, got %d", name, partitions)
 	}

@@ -463,3 +463,20 @@ func TestHoldProduceOnAndOff(t *testing.T) {
 		require.Equal(t, 1, n, v)
 	}
 }
+
+// A topic deleted and created again takes the produce helpers' records (helper-142: their client
+// kept the old topic ID, and every produce failed with UNKNOWN_TOPIC_ID).
+func TestAReCreatedTopicTakesTheHelpersRecords(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("x", 1))
+	c.ProduceValues(t, "x", 0, "old")
+	cl, err := kgo.NewClient(c.ClientOpts()...)
+	require.NoError(t, err)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).DeleteTopic(context.Background(), "x")
+	require.NoError(t, err)
+	require.NoError(t, resp.Err)
+	c.CreateTopic(t, "x", 1)
+	got := c.ProduceValues(t, "x", 0, "new")
+	require.Equal(t, int64(0), got[0].Offset, "the new topic's first record")
+	require.Equal(t, []string{"new"}, values(c.ReadAll(t, "x", false)))
+}

@@ -563,6 +563,29 @@ func TestStartNamesTheGroupOfASharedSubscriptionsMissingTopic(t *testing.T) {
 		`tidemark: Topic("in").Group("g2"): DeadLetter: topic "nosuch" does not exist`)
 }
 
+// Two manual subscriptions committing one partition into one group are refused: each would commit
+// its own offset for it, and the group's committed offset would go back and forth (helper-142: 200,
+// then 63). Different partitions of the topic in one group, or the same partition without a
+// group, are fine.
+func TestStartRefusesTwoManualSubscriptionsCommittingOnePartition(t *testing.T) {
+	c := kfaketest.New(t, kfaketest.Topic("a", 3))
+	app := runtime.New(appOpts(c)...)
+	runtime.Handle(app, runtime.Partitions("a", 0, 1).Group("pg"), ack, runtime.RetryToSource())
+	runtime.Handle(app, runtime.Partitions("a", 2, 1).Group("pg"), ack, runtime.RetryToSource())
+	runtime.Handle(app, runtime.Partitions("a", 2).Group("other"), ack, runtime.RetryToSource())
+	runtime.Handle(app, runtime.Partitions("a", 0), ack, runtime.RetryToSource())
+	runtime.Handle(app, runtime.Partitions("a", 0), ack, runtime.RetryToSource())
+	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
+	defer cancel()
+	err := app.Start(ctx)
+	require.EqualError(t, err, `tidemark: Partitions("a", [2 1]): shares group "pg" and partition 1 of topic "a" with Partitions("a", [0 1])`)
+
+	ok := runtime.New(appOpts(c)...)
+	runtime.Handle(ok, runtime.Partitions("a", 0).Group("pg"), ack, runtime.RetryToSource())
+	runtime.Handle(ok, runtime.Partitions("a", 1).Group("pg"), ack, runtime.RetryToSource())
+	start(t, ok)
+}
+
 // A subscribed or Reply topic that does not exist fails Start at once, naming it, and Handle after
 // Start panics instead of being ignored.
 func TestStartChecksTopicsAndHandleAfterStartPanics(t *testing.T) {

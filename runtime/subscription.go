@@ -112,23 +112,24 @@ func Topics(names ...string) Subscription {
 	return Subscription{kind: subTopics, topics: append([]string(nil), names...)}
 }
 
-// Pattern subscribes to every topic whose name matches regex (Go RE2 syntax, anchored: it must start
-// with "^"). Topics created later join when the client next refreshes metadata, every
-// kgo.MetadataMaxAge (franz-go's default 5m; set it with Config). Start returns once metadata has
+// Pattern subscribes to every topic whose name matches regex (Go RE2 syntax, anchored: it must
+// start with "^"). Topics created later join when the client next refreshes metadata, every
+// kgo.MetadataMaxAge (franz-go's default 5m; set it with Config), and are read from the
+// subscription's Start offset: under Latest, what was written to a new topic before the client saw
+// it is skipped (helper-142: all 180 records of three new topics). Start returns once metadata has
 // loaded, even if nothing matches yet. As for Topics, its registration must name RetryTo(topic) or
 // RetryToSource().
 //
 // A pattern that matches a topic another subscription of its group reads by name (Topic, Topics,
-// RetryTo), or that another pattern of its group matches among the topics the cluster has at
-// Start, or that is another subscription's pattern in its group, fails Start with a *ConfigError:
-// the group would split that topic's partitions between the two handlers. A topic created later
-// that two different patterns of one group match is split so: keep the patterns of a group
-// disjoint.
+// RetryTo), or that another pattern of its group matches among the topics the cluster has at Start,
+// or that is another subscription's pattern in its group, fails Start with a *ConfigError: the
+// group would split that topic's partitions between the two handlers. A topic created later that
+// two different patterns of one group match is split so: keep the patterns of a group disjoint.
 //
-// A matched topic deleted while it is read has no offsets left to commit: a revoke's or
-// Shutdown's commit logs its partitions at Warn and does not fail for them (once a broker confirms
-// the topic is gone, or knows the name by another topic ID). A topic any subscription reads that
-// is deleted and created again under its name fails an Auto or Tracked subscription's App with
+// A matched topic deleted while it is read has no offsets left to commit: a revoke's or Shutdown's
+// commit logs its partitions at Warn and does not fail for them (once a broker confirms the topic
+// is gone, or knows the name by another topic ID). A topic any subscription reads that is deleted
+// and created again under its name fails an Auto or Tracked subscription's App with
 // ErrTopicRecreated (franz-go keeps the old topic ID and never reads the new topic with that
 // client); a Transactional subscription makes its session again and reads it (docs/operations.md,
 // deleted and re-created topics).
@@ -136,7 +137,8 @@ func Pattern(regex string) Subscription { return Subscription{kind: subPattern, 
 
 // Partitions reads the given partitions of topic directly, without group membership (franz-go
 // refuses ConsumePartitions with a group). With Group(g) it starts from g's committed offsets and
-// commits into g with kadm; g must not be used by any group subscription. Tracked needs a group.
+// commits into g with kadm; g must not be used by any group subscription, nor for one of these
+// partitions by another Partitions subscription (a *ConfigError at Start). Tracked needs a group.
 // A partition named twice, a negative one or one the topic does not have fails Start with a
 // *ConfigError. Its registration must name RetryToSource() (RetryTo is for group subscriptions),
 // even if the handler never retries.

@@ -62,9 +62,14 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 	groupSubs := map[groupTopic]string{} // group subscription topics, by group
 	groupUsers := map[string]string{}    // group → a group subscription using it
 	manualGroups := map[string]string{}  // group → a manual subscription using it
-	txnIDs := map[string]string{}        // transactional id → the subscription using it
-	shared := map[string]int{}           // registrations per subscription name: a shared one is named with its group
-	refusals := map[string]bool{}        // franz-go's refusals of the App's options reported: each once
+	type manualPart struct {
+		group, topic string
+		partition    int32
+	}
+	manualParts := map[manualPart]string{} // a group's manually read partitions → the subscription reading it
+	txnIDs := map[string]string{}          // transactional id → the subscription using it
+	shared := map[string]int{}             // registrations per subscription name: a shared one is named with its group
+	refusals := map[string]bool{}          // franz-go's refusals of the App's options reported: each once
 	for _, e := range unjoin(prodErr) {
 		refusals[e.Error()] = true
 	}
@@ -264,6 +269,13 @@ func validate(cfg appConfig, regs []registration, prodErr error) error {
 			}
 		} else if group != "" {
 			manualGroups[group] = name
+			for _, p := range slices.Compact(slices.Sorted(slices.Values(s.partitions))) { // twice: reported above
+				k := manualPart{group, s.topics[0], p}
+				if other, dup := manualParts[k]; dup { // both would commit it, each its own offset
+					add(name, "shares group %q and partition %d of topic %q with %s", group, p, s.topics[0], other)
+				}
+				manualParts[k] = name
+			}
 		}
 	}
 	for group, manual := range manualGroups {
