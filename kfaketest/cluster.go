@@ -375,8 +375,8 @@ func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) {
 // CreateTopics request (the brokers' default replication factor), and it returns once every
 // partition has a leader, and Close deletes it. The name is used as given (Name adds the prefix).
 // It returns kerr.TopicAlreadyExists if the topic exists, or ctx's error. A topic deleted (with
-// kadm, say) and created again under its name takes the produce helpers' records: their client
-// forgets the old topic's ID.
+// kadm, say) and created again with CreateTopic takes the produce helpers' records: their client
+// forgets the old topic's ID (one created again by other means is still the old one to them).
 func (c *Cluster) CreateTopicContext(ctx context.Context, name string, partitions int32) error {
 	ctx, stop, err := c.bind(ctx)
 	if err != nil {

@@ -119,18 +119,19 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // when it has no deadline): a cluster that cannot be dialed yet is tried again until then (each
 // failure logged at Warn), and on failure everything started is stopped. A topic the cluster does
 // not describe to the App's credentials fails Start with a *ConfigError, and a group that refuses
-// its member (no Read ACL on the group) fails it at once, wrapping kerr.GroupAuthorizationFailed;
-// without Read on a topic Start succeeds, and each of its partitions logs its fetch error
-// (TOPIC_AUTHORIZATION_FAILED) at Warn every 10 s while nothing is read. Start returns ErrStarted
-// when called twice (wrapped in an error that says so once the App has stopped), and ErrClosed on
-// an App that Shutdown stopped before it started (DESIGN §3.10). A producer opened by a Publish
-// before a Start that fails validation is closed (bounded by FlushTimeout); what it did not flush
-// joins the configuration errors (ErrUnflushed). A Shutdown called while Start runs ends it: Start
-// returns ErrClosed (or the fatal error that ended it) and that Shutdown stops what Start began.
-// Stopping a client whose join the group's coordinator still holds (while another member is slow to
-// join the rebalance) waits for that join's answer, so a Start that fails then can return up to the
-// group's rebalance timeout (kgo.RebalanceTimeout, 60 s by default) after ctx ends. A nil ctx
-// panics, as context.WithCancel(nil) does, before the App changes state.
+// its member (no Read ACL on the group) fails it at once, wrapping kerr.GroupAuthorizationFailed (a
+// refusal after Start fails the App likewise); without Read on a topic Start succeeds, and each of
+// its partitions logs its fetch error (TOPIC_AUTHORIZATION_FAILED) at Warn every 10 s while nothing
+// is read. Start returns ErrStarted when called twice (wrapped in an error that says so once the
+// App has stopped), and ErrClosed on an App that Shutdown stopped before it started (DESIGN §3.10).
+// A producer opened by a Publish before a Start that fails validation is closed (bounded by
+// FlushTimeout); what it did not flush joins the configuration errors (ErrUnflushed). A Shutdown
+// called while Start runs ends it: Start returns ErrClosed (or the fatal error that ended it) and
+// that Shutdown stops what Start began. Stopping a client whose join the group's coordinator still
+// holds (while another member is slow to join the rebalance) waits for that join's answer, so a
+// Start that fails then can return up to the group's rebalance timeout (kgo.RebalanceTimeout, 60 s
+// by default) after ctx ends. A nil ctx panics, as context.WithCancel(nil) does, before the App
+// changes state.
 func (a *App) Start(ctx context.Context) error {
 	mustCtx(ctx, "Start")
 	a.mu.Lock()

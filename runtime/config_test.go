@@ -27,7 +27,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
 var ack = runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return nil })
@@ -497,21 +496,13 @@ func TestOutcomesWrapTheirCause(t *testing.T) {
 // the option and the topic, with the cluster's error, not called missing: kadm fails the whole
 // listing with it, naming no topic (helper-138).
 func TestStartNamesATopicTheClusterRefusesToDescribe(t *testing.T) {
-	describe := func(topic string) kfake.ACL {
-		return kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral,
-			Operation: kmsg.ACLOperationDescribe, Allow: true}
-	}
-	k, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "secret"), kfake.EnableACLs(), kfake.EnableSASL(),
-		kfake.User("PLAIN", "svc", "pw", describe("in"))) // nothing on "secret"
-	require.NoError(t, err)
-	t.Cleanup(k.Close)
-	app := runtime.New(runtime.Brokers(k.ListenAddrs()...), runtime.DefaultGroup("g"),
-		runtime.ClientOpts(kgo.SASL(plain.Auth{User: "svc", Pass: "pw"}.AsMechanism())),
-		runtime.Logger(slog.New(slog.DiscardHandler)))
+	k := aclCluster(t, []string{"in", "secret"}, // nothing on "secret"
+		allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationDescribe))
+	app := aclApp(k, nil)
 	runtime.Handle(app, runtime.Topic("in"), ack, runtime.DeadLetter("secret"))
 	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
-	err = app.Start(ctx)
+	err := app.Start(ctx)
 	require.EqualError(t, err, `tidemark: Topic("in"): DeadLetter: topic "secret": `+kerr.TopicAuthorizationFailed.Error())
 	require.ErrorIs(t, err, kerr.TopicAuthorizationFailed)
 	require.NotErrorIs(t, err, kerr.UnknownTopicOrPartition)
@@ -524,22 +515,14 @@ func TestStartNamesATopicTheClusterRefusesToDescribe(t *testing.T) {
 // A member the cluster refuses to let into its group (no Read ACL on the group) fails Start at once
 // with the refusal: before, Start waited out its ctx and said only "no assignment" (helper-141).
 func TestStartFailsWhenTheGroupRefusesTheMember(t *testing.T) {
-	allow := func(res kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
-		return kfake.ACL{Resource: res, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
-	}
-	k, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"), kfake.EnableACLs(), kfake.EnableSASL(),
-		kfake.User("PLAIN", "svc", "pw", // the topic's Describe and Read, nothing on the group
-			allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationDescribe),
-			allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationRead)))
-	require.NoError(t, err)
-	t.Cleanup(k.Close)
-	app := runtime.New(runtime.Brokers(k.ListenAddrs()...), runtime.DefaultGroup("g"),
-		runtime.ClientOpts(kgo.SASL(plain.Auth{User: "svc", Pass: "pw"}.AsMechanism())),
-		runtime.Logger(slog.New(slog.DiscardHandler)))
+	k := aclCluster(t, []string{"in"}, // the topic's Describe and Read, nothing on the group
+		allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationDescribe),
+		allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationRead))
+	app := aclApp(k, nil)
 	runtime.Handle(app, runtime.Topic("in"), ack)
 	ctx, cancel := context.WithTimeout(context.Background(), kfaketest.WaitTimeout)
 	defer cancel()
-	err = app.Start(ctx)
+	err := app.Start(ctx)
 	require.ErrorIs(t, err, kerr.GroupAuthorizationFailed)
 	require.NotErrorIs(t, err, context.DeadlineExceeded, "not the ctx's end")
 	require.ErrorContains(t, err, `tidemark: start: Topic("in"): group "g": the cluster refused this member: GROUP_AUTHORIZATION_FAILED`)

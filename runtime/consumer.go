@@ -396,16 +396,23 @@ type fenceWatch struct {
 // OnNewClient records the client.
 func (w *fenceWatch) OnNewClient(cl *kgo.Client) { w.cl.Store(cl) }
 
-// OnGroupManageError fails the App for a fence.
+// OnGroupManageError fails the App for a fence, and for an authorization the cluster refuses the
+// member (no Read ACL on the group): Start with it while it waits for the first assignment, the App
+// after.
 func (w *fenceWatch) OnGroupManageError(err error) {
 	if cl := w.cl.Load(); cl != nil && errors.Is(err, kerr.FencedInstanceID) {
 		w.c.instanceFenced(cl, err)
 	}
 	if errors.Is(err, kerr.GroupAuthorizationFailed) || errors.Is(err, kerr.TopicAuthorizationFailed) ||
 		errors.Is(err, kerr.ClusterAuthorizationFailed) {
-		select { // for Start, which waits for the first assignment (waitReady); franz-go goes on trying
-		case w.c.denied <- err:
-		default:
+		select { // franz-go goes on trying, and the member takes no partition meanwhile
+		case <-w.c.ready: // after Start: the App fails, as Start would (helper-143: Running, reading nothing)
+			w.c.app.fail(fmt.Errorf("tidemark: %s: %w", w.c.sub, deniedErr(w.c.group, err)))
+		default: // Start waits for the first assignment (waitReady)
+			select {
+			case w.c.denied <- err:
+			default:
+			}
 		}
 	}
 }

@@ -10,11 +10,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// fetchErrors logs a poll's fetch errors, except its own cancellation, a partition's at most once
-// every fetchErrEvery (fetchErrLog), with how many it did not log since. A static member fenced by
-// another member with its instance id (franz-go reports the group session's FENCED_INSTANCE_ID as a
-// fetch error) fails the App with ErrInstanceFenced, and the client leaves the group at once, so
-// that franz-go's group loop does not join again and fence that member in turn.
+// fetchErrors logs a poll's fetch errors, except its own cancellation, each kind of a partition's
+// at most once every fetchErrEvery (fetchErrLog), with how many it did not log since. A static
+// member fenced by another member with its instance id (franz-go reports the group session's
+// FENCED_INSTANCE_ID as a fetch error) fails the App with ErrInstanceFenced, and the client leaves
+// the group at once, so that franz-go's group loop does not join again and fence that member in
+// turn.
 func (c *consumer) fetchErrors(fs kgo.Fetches) {
 	fs.EachError(func(topic string, partition int32, err error) {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -24,7 +25,7 @@ func (c *consumer) fetchErrors(fs kgo.Fetches) {
 			c.instanceFenced(c.cl, err)
 			return
 		}
-		if repeated, ok := c.fetchErrs.due(tp{topic, partition}, time.Now()); ok {
+		if repeated, ok := c.fetchErrs.due(fetchErrKey{tp{topic, partition}, err.Error()}, time.Now()); ok {
 			kv := []any{"topic", topic, "partition", partition, "err", err}
 			if repeated > 0 {
 				kv = append(kv, "repeated", repeated)
@@ -39,11 +40,19 @@ func (c *consumer) fetchErrors(fs kgo.Fetches) {
 // second on kfake, one per fetch).
 const fetchErrEvery = 10 * time.Second
 
-// fetchErrLog keeps a subscription's fetch error lines to one per partition (and one for the
-// errors of no partition) every fetchErrEvery; the zero value is ready.
+// fetchErrLog keeps a subscription's fetch error lines to one per partition and error text (the
+// group loop's errors come with no partition) every fetchErrEvery; the zero value is ready. It
+// keeps an entry per partition and error ever seen: a few per partition.
 type fetchErrLog struct {
 	mu   sync.Mutex
-	last map[tp]fetchErrSeen
+	last map[fetchErrKey]fetchErrSeen
+}
+
+// fetchErrKey is what fetchErrLog spaces the lines of: one partition's one kind of error (a new
+// kind is logged at once, helper-143).
+type fetchErrKey struct {
+	tp
+	err string
 }
 
 type fetchErrSeen struct {
@@ -53,11 +62,11 @@ type fetchErrSeen struct {
 
 // due reports whether a line for an error of k at now is due, and how many of k's errors went
 // unlogged since the last line.
-func (l *fetchErrLog) due(k tp, now time.Time) (repeated int, ok bool) {
+func (l *fetchErrLog) due(k fetchErrKey, now time.Time) (repeated int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.last == nil {
-		l.last = make(map[tp]fetchErrSeen)
+		l.last = make(map[fetchErrKey]fetchErrSeen)
 	}
 	seen, known := l.last[k]
 	if known && now.Sub(seen.at) < fetchErrEvery {

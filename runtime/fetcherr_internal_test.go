@@ -8,22 +8,24 @@ import (
 )
 
 // A partition's fetch errors are logged at most once every fetchErrEvery, each line with how many
-// were not logged since the last; each partition has its own clock.
+// were not logged since the last; each partition, and each kind of error, has its own clock.
 func TestFetchErrorLinesAreSpacedPerPartition(t *testing.T) {
 	var l fetchErrLog
 	t0 := time.Unix(1_700_000_000, 0)
-	p0, p1 := tp{"in", 0}, tp{"in", 1}
+	p0, p1 := fetchErrKey{tp{"in", 0}, "A"}, fetchErrKey{tp{"in", 1}, "A"}
+	p0b := fetchErrKey{tp{"in", 0}, "B"}
 	type line struct {
 		repeated int
 		ok       bool
 	}
-	at := func(k tp, d time.Duration) line {
+	at := func(k fetchErrKey, d time.Duration) line {
 		n, ok := l.due(k, t0.Add(d))
 		return line{n, ok}
 	}
 	require.Equal(t, line{0, true}, at(p0, 0))
 	require.Equal(t, line{0, false}, at(p0, time.Second))
 	require.Equal(t, line{0, true}, at(p1, time.Second), "another partition's first")
+	require.Equal(t, line{0, true}, at(p0b, time.Second), "another kind of error's first")
 	require.Equal(t, line{0, false}, at(p0, fetchErrEvery-time.Nanosecond))
 	require.Equal(t, line{2, true}, at(p0, fetchErrEvery))
 	require.Equal(t, line{0, false}, at(p0, fetchErrEvery+time.Second))

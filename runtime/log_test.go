@@ -15,10 +15,8 @@ import (
 	"github.com/tidemark-io/tidemark/kfaketest"
 	"github.com/tidemark-io/tidemark/runtime"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
 // lockedBuffer is a bytes.Buffer a logger writes to from many goroutines.
@@ -185,26 +183,17 @@ func TestADeadLetteredDropLogsOneLine(t *testing.T) {
 // once) is logged once per partition every 10 s, with how many it did not log, not once per fetch
 // (helper-141: 49,168 Warn lines in about 4 s on kfake). The test waits for the second line.
 func TestARepeatedFetchErrorIsLoggedOnce(t *testing.T) {
-	allow := func(res kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.ACL {
-		return kfake.ACL{Resource: res, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
-	}
-	k, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"), kfake.EnableACLs(), kfake.EnableSASL(),
-		kfake.Superuser("PLAIN", "admin", "admin"), // produces the record
-		kfake.User("PLAIN", "svc", "pw", // Describe on the topic and Read on the group, no Read on the topic
-			allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationDescribe),
-			allow(kmsg.ACLResourceTypeGroup, "g", kmsg.ACLOperationRead)))
-	require.NoError(t, err)
-	t.Cleanup(k.Close)
-	admin, err := kgo.NewClient(kgo.SeedBrokers(k.ListenAddrs()...), kgo.SASL(plain.Auth{User: "admin", Pass: "admin"}.AsMechanism()))
+	k := aclCluster(t, []string{"in"}, // Describe on the topic and Read on the group, no Read on the topic
+		allow(kmsg.ACLResourceTypeTopic, "in", kmsg.ACLOperationDescribe),
+		allow(kmsg.ACLResourceTypeGroup, "g", kmsg.ACLOperationRead))
+	admin, err := kgo.NewClient(kgo.SeedBrokers(k.ListenAddrs()...), asUser("admin"))
 	require.NoError(t, err)
 	defer admin.Close()
 	// With a record to read, each fetch is answered at once (an empty partition's waits its
 	// MaxWait): the errors come at the round trip's pace.
 	require.NoError(t, admin.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Value: []byte("a")}).FirstErr())
 	var out lockedBuffer
-	app := runtime.New(runtime.Brokers(k.ListenAddrs()...), runtime.DefaultGroup("g"),
-		runtime.ClientOpts(kgo.SASL(plain.Auth{User: "svc", Pass: "pw"}.AsMechanism())),
-		runtime.Logger(slog.New(slog.NewJSONHandler(&out, nil))))
+	app := aclApp(k, slog.New(slog.NewJSONHandler(&out, nil)))
 	runtime.Handle(app, runtime.Topic("in"), runtime.HandlerFunc(func(context.Context, *runtime.Delivery) error { return nil }))
 	start(t, app)
 	lines := func() (ls []map[string]any) {

@@ -330,8 +330,12 @@ func (c *consumer) waitBarrier(base context.Context, tw *txnWindow) error {
 // session timeout, is waited for (a longer one may fail the App, where Tracked rides it out:
 // docs/operations.md, Broker outages). It reports whether to go on.
 func (c *consumer) sessionFailed(ctx context.Context, err error, failures *sessionFailures) bool {
-	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+	if errors.Is(err, kerr.ProducerFenced) {
 		c.app.fail(fmt.Errorf("%w: %s: transactional id %q: %w", ErrFenced, c.sub, c.sub.mode.txnID, err))
+		return false
+	}
+	if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) { // no ACL on the id: not another instance (helper-143)
+		c.app.fail(fmt.Errorf("tidemark: %s: transactional id %q: the cluster refused it: %w", c.sub, c.sub.mode.txnID, err))
 		return false
 	}
 	if errors.Is(err, kerr.FencedInstanceID) { // a TxnOffsetCommit's: a new session would fence the newer member
