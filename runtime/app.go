@@ -120,18 +120,18 @@ func (a *App) Done() <-chan struct{} { return a.stopped }
 // failure logged at Warn), and on failure everything started is stopped. A topic the cluster does
 // not describe to the App's credentials fails Start with a *ConfigError, and a group that refuses
 // its member (no Read ACL on the group) fails it at once, wrapping kerr.GroupAuthorizationFailed (a
-// refusal after Start fails the App likewise); without Read on a topic Start succeeds, and each of
-// its partitions logs its fetch error (TOPIC_AUTHORIZATION_FAILED) at Warn every 10 s while nothing
-// is read. Start returns ErrStarted when called twice (wrapped in an error that says so once the
-// App has stopped), and ErrClosed on an App that Shutdown stopped before it started (DESIGN §3.10).
-// A producer opened by a Publish before a Start that fails validation is closed (bounded by
-// FlushTimeout); what it did not flush joins the configuration errors (ErrUnflushed). A Shutdown
-// called while Start runs ends it: Start returns ErrClosed (or the fatal error that ended it) and
-// that Shutdown stops what Start began. Stopping a client whose join the group's coordinator still
-// holds (while another member is slow to join the rebalance) waits for that join's answer, so a
-// Start that fails then can return up to the group's rebalance timeout (kgo.RebalanceTimeout, 60 s
-// by default) after ctx ends. A nil ctx panics, as context.WithCancel(nil) does, before the App
-// changes state.
+// refusal after Start fails the App likewise, for good: it does not wait for the ACL to come back);
+// without Read on a topic Start succeeds, and each of its partitions logs its fetch error
+// (TOPIC_AUTHORIZATION_FAILED) at Warn every 10 s while nothing is read. Start returns ErrStarted
+// when called twice (wrapped in an error that says so once the App has stopped), and ErrClosed on
+// an App that Shutdown stopped before it started (DESIGN §3.10). A producer opened by a Publish
+// before a Start that fails validation is closed (bounded by FlushTimeout); what it did not flush
+// joins the configuration errors (ErrUnflushed). A Shutdown called while Start runs ends it: Start
+// returns ErrClosed (or the fatal error that ended it) and that Shutdown stops what Start began.
+// Stopping a client whose join the group's coordinator still holds (while another member is slow to
+// join the rebalance) waits for that join's answer, so a Start that fails then can return up to the
+// group's rebalance timeout (kgo.RebalanceTimeout, 60 s by default) after ctx ends. A nil ctx
+// panics, as context.WithCancel(nil) does, before the App changes state.
 func (a *App) Start(ctx context.Context) error {
 	mustCtx(ctx, "Start")
 	a.mu.Lock()
@@ -255,15 +255,15 @@ func (a *App) closedErr() error {
 }
 
 // Run starts the App, serves until ctx ends or a fatal error happens (a handler panic under
-// PanicFail, a fenced or repeatedly failing Transactional session), then shuts down: ShutdownTimeout
-// bounds its drain of running handlers and a last Transactional window's barrier (the flush, the
-// final commit and that window's End have their own bounds: FlushTimeout, 5 s, WindowTimeout). It
-// returns only after every goroutine the App started has returned (franz-go's clients are closed,
-// though a few of their own goroutines may take a moment more to end: goleak's retries wait for
-// them): nil after a clean stop, the fatal error (a *PanicError, for instance) otherwise, joined
-// with the shutdown's error. When Start fails, Run returns Start's error, ctx ending before Start
-// has finished included: that error wraps ctx's (errors.Is(err, context.Canceled)) and the App is
-// Failed. A nil ctx panics, as in Start.
+// PanicFail, a fenced or repeatedly failing Transactional session, a group or transactional id the
+// cluster refuses), then shuts down: ShutdownTimeout bounds its drain of running handlers and a
+// last Transactional window's barrier (the flush, the final commit and that window's End have their
+// own bounds: FlushTimeout, 5 s, WindowTimeout). It returns only after every goroutine the App
+// started has returned (franz-go's clients are closed, though a few of their own goroutines may
+// take a moment more to end: goleak's retries wait for them): nil after a clean stop, the fatal
+// error (a *PanicError, for instance) otherwise, joined with the shutdown's error. When Start
+// fails, Run returns Start's error, ctx ending before Start has finished included: that error wraps
+// ctx's (errors.Is(err, context.Canceled)) and the App is Failed. A nil ctx panics, as in Start.
 func (a *App) Run(ctx context.Context) error {
 	mustCtx(ctx, "Run")
 	if err := a.Start(ctx); err != nil {

@@ -25,7 +25,7 @@ func (c *consumer) fetchErrors(fs kgo.Fetches) {
 			c.instanceFenced(c.cl, err)
 			return
 		}
-		if repeated, ok := c.fetchErrs.due(fetchErrKey{tp{topic, partition}, err.Error()}, time.Now()); ok {
+		if repeated, ok := c.fetchErrs.due(fetchErrKey{tp{topic, partition}, errKind(err)}, time.Now()); ok {
 			kv := []any{"topic", topic, "partition", partition, "err", err}
 			if repeated > 0 {
 				kv = append(kv, "repeated", repeated)
@@ -40,9 +40,9 @@ func (c *consumer) fetchErrors(fs kgo.Fetches) {
 // second on kfake, one per fetch).
 const fetchErrEvery = 10 * time.Second
 
-// fetchErrLog keeps a subscription's fetch error lines to one per partition and error text (the
-// group loop's errors come with no partition) every fetchErrEvery; the zero value is ready. It
-// keeps an entry per partition and error ever seen: a few per partition.
+// fetchErrLog keeps a subscription's fetch error lines to one per partition and kind of error
+// (errKind; the group loop's errors come with no topic) every fetchErrEvery; the zero value is
+// ready. It keeps an entry per partition and kind ever seen: a few per partition.
 type fetchErrLog struct {
 	mu   sync.Mutex
 	last map[fetchErrKey]fetchErrSeen
@@ -52,7 +52,17 @@ type fetchErrLog struct {
 // kind is logged at once, helper-143).
 type fetchErrKey struct {
 	tp
-	err string
+	kind string // errKind
+}
+
+// errKind is err's Kafka error code name, or "" for an error without one (a dial error's text
+// changes from one try to the next: helper-144 saw a new line per try), so that the kinds, and
+// fetchErrLog's entries, are a few per partition.
+func errKind(err error) string {
+	if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
+		return ke.Message
+	}
+	return ""
 }
 
 type fetchErrSeen struct {

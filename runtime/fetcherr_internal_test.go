@@ -1,10 +1,13 @@
 package runtime
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // A partition's fetch errors are logged at most once every fetchErrEvery, each line with how many
@@ -31,4 +34,12 @@ func TestFetchErrorLinesAreSpacedPerPartition(t *testing.T) {
 	require.Equal(t, line{0, false}, at(p0, fetchErrEvery+time.Second))
 	require.Equal(t, line{1, true}, at(p0, 3*fetchErrEvery), "one unlogged since the last line")
 	require.Equal(t, line{0, true}, at(p0, 5*fetchErrEvery))
+}
+
+// A Kafka error is its code's kind; any other error, whose text may change from one try to the
+// next, is one kind.
+func TestFetchErrorKinds(t *testing.T) {
+	require.Equal(t, "TOPIC_AUTHORIZATION_FAILED", errKind(fmt.Errorf("x: %w", kerr.TopicAuthorizationFailed)))
+	require.Equal(t, "", errKind(errors.New("unable to dial: read udp 10.244.1.5:40001->10.96.0.10:53: i/o timeout")))
+	require.Equal(t, "", errKind(errors.New("unable to dial: read udp 10.244.1.5:40004->10.96.0.10:53: i/o timeout")))
 }
